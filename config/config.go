@@ -1,0 +1,247 @@
+// Package config owns outboxd's settings: documented defaults, overlaid by an optional
+// YAML file, overlaid by OUTBOXD_* environment variables.
+//
+// Invariants: a *Config returned by Load has passed Validate; every problem found on
+// the way (parse errors, unknown keys, bad values, cross-field rules) is reported at
+// once, never only the first; a secret's value never appears in any message, printout,
+// log record or YAML dump produced here (only Secret.Reveal returns it); and nothing in
+// this package connects to anything. The set of keys is derived from the struct tags
+// below, so the file format, the environment names and docs/configuration.md cannot
+// drift apart (a test holds the docs to it).
+package config
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/outboxd/outboxd/table"
+)
+
+// Driver types.
+const (
+	TypeKafka     = "kafka"
+	TypeNATS      = "nats"
+	TypeJetStream = "jetstream"
+)
+
+// FileEnv names the environment variable that points at the configuration file when
+// no --config flag is given.
+const FileEnv = "OUTBOXD_CONFIG"
+
+// Struct tags: yaml is the key in the file (and, upper-cased, in the environment);
+// only lists the driver types a driver field belongs to; redact says how to strip
+// credentials from a plain string field (dsn: a PostgreSQL DSN, urls: a comma-separated
+// URL list).
+
+// Config is the complete set of settings.
+type Config struct {
+	DatabaseURL string            `yaml:"database_url" redact:"dsn"`
+	Schema      string            `yaml:"schema"`
+	Table       string            `yaml:"table"`
+	ReplicaID   string            `yaml:"replica_id"`
+	Log         Log               `yaml:"log"`
+	Streams     map[string]Stream `yaml:"streams"`
+	Drivers     map[string]Driver `yaml:"drivers"`
+	Janitor     Janitor           `yaml:"janitor"`
+	HTTP        HTTP              `yaml:"http"`
+	Tracing     Tracing           `yaml:"tracing"`
+}
+
+// Log configures the process logger.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Stream configures one dispatch pipeline.
+type Stream struct {
+	Driver         string        `yaml:"driver"`
+	TopicPrefix    string        `yaml:"topic_prefix"`
+	BatchSize      int           `yaml:"batch_size"`
+	Concurrency    int           `yaml:"concurrency"`
+	PollInterval   time.Duration `yaml:"poll_interval"`
+	LeaseTTL       time.Duration `yaml:"lease_ttl"`
+	PublishTimeout time.Duration `yaml:"publish_timeout"`
+	BackoffInitial time.Duration `yaml:"backoff_initial"`
+	BackoffMax     time.Duration `yaml:"backoff_max"`
+	MaxAttempts    int           `yaml:"max_attempts"`
+	MaxDefer       time.Duration `yaml:"max_defer"`
+	DeadLetter     DeadLetter    `yaml:"dead_letter"`
+}
+
+// DeadLetter names where a stream sends messages it gives up on; both fields or neither.
+type DeadLetter struct {
+	Driver string `yaml:"driver"`
+	Topic  string `yaml:"topic"`
+}
+
+// Driver configures one broker connection. Fields tagged with only belong to those
+// types; setting one on a driver of another type is a problem, not silently ignored.
+type Driver struct {
+	Type string `yaml:"type"`
+
+	Brokers                []string      `yaml:"brokers" only:"kafka"`
+	ClientID               string        `yaml:"client_id" only:"kafka"`
+	Compression            string        `yaml:"compression" only:"kafka"`
+	AllowAutoTopicCreation bool          `yaml:"allow_auto_topic_creation" only:"kafka"`
+	WriteTimeout           time.Duration `yaml:"write_timeout" only:"kafka"`
+	SASL                   SASL          `yaml:"sasl" only:"kafka"`
+
+	URL            string        `yaml:"url" only:"nats,jetstream" redact:"urls"`
+	Token          Secret        `yaml:"token" only:"nats,jetstream"`
+	Username       string        `yaml:"username" only:"nats,jetstream"`
+	Password       Secret        `yaml:"password" only:"nats,jetstream"`
+	CredsFile      string        `yaml:"creds_file" only:"nats,jetstream"`
+	PublishTimeout time.Duration `yaml:"publish_timeout" only:"nats,jetstream"`
+	MaxInFlight    int           `yaml:"max_in_flight" only:"jetstream"`
+
+	TLS TLS `yaml:"tls"`
+}
+
+// SASL configures Kafka authentication.
+type SASL struct {
+	Mechanism string `yaml:"mechanism"`
+	Username  string `yaml:"username"`
+	Password  Secret `yaml:"password"`
+}
+
+// TLS configures a driver's TLS client.
+type TLS struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// Janitor configures lease reclaiming, purging and partition upkeep.
+type Janitor struct {
+	Interval     time.Duration `yaml:"interval"`
+	ReclaimBatch int           `yaml:"reclaim_batch"`
+	// Retention is how long delivered rows are kept; 0 purges them on the next run.
+	Retention  time.Duration `yaml:"retention"`
+	PurgeBatch int           `yaml:"purge_batch"`
+	Partitions Partitions    `yaml:"partitions"`
+}
+
+// Partitions configures time-partitioned outbox tables.
+type Partitions struct {
+	Enabled  bool          `yaml:"enabled"`
+	Interval time.Duration `yaml:"interval"`
+	Ahead    int           `yaml:"ahead"`
+}
+
+// HTTP configures the health, metrics and admin listener.
+type HTTP struct {
+	Addr       string `yaml:"addr"`
+	AdminToken Secret `yaml:"admin_token"`
+}
+
+// Tracing configures OTLP/HTTP trace export.
+type Tracing struct {
+	Enabled     bool    `yaml:"enabled"`
+	Endpoint    string  `yaml:"endpoint" redact:"urls"`
+	SampleRatio float64 `yaml:"sample_ratio"`
+	ServiceName string  `yaml:"service_name"`
+}
+
+// Default returns every documented default. It has no streams and no drivers.
+func Default() Config {
+	return Config{
+		DatabaseURL: "postgres://127.0.0.1:5432/postgres",
+		Schema:      table.Default.Schema,
+		Table:       table.Default.Table,
+		ReplicaID:   defaultReplicaID(),
+		Log:         Log{Level: "info", Format: "json"},
+		Janitor: Janitor{
+			Interval:     30 * time.Second,
+			ReclaimBatch: 1000,
+			Retention:    24 * time.Hour,
+			PurgeBatch:   5000,
+			Partitions:   Partitions{Interval: 24 * time.Hour, Ahead: 3},
+		},
+		HTTP:    HTTP{Addr: "127.0.0.1:9600"},
+		Tracing: Tracing{SampleRatio: 1, ServiceName: "outboxd"},
+	}
+}
+
+// DefaultStream returns a stream with every documented default and no driver.
+func DefaultStream() Stream {
+	return Stream{
+		BatchSize:      100,
+		Concurrency:    2,
+		PollInterval:   time.Second,
+		LeaseTTL:       30 * time.Second,
+		PublishTimeout: 10 * time.Second,
+		BackoffInitial: time.Second,
+		BackoffMax:     5 * time.Minute,
+		MaxAttempts:    10,
+	}
+}
+
+// DefaultDriver returns a driver of the given type with that type's defaults; fields
+// of other types stay zero so that the driver validates.
+func DefaultDriver(typ string) Driver {
+	d := Driver{Type: typ}
+	switch typ {
+	case TypeKafka:
+		d.ClientID = "outboxd"
+		d.Compression = "none"
+		d.WriteTimeout = 10 * time.Second
+	case TypeNATS:
+		d.PublishTimeout = 5 * time.Second
+	case TypeJetStream:
+		d.PublishTimeout = 5 * time.Second
+		d.MaxInFlight = 1024
+	}
+	return d
+}
+
+// Table names the outbox table.
+func (c Config) Table() table.Name { return table.Name{Schema: c.Schema, Table: c.Table} }
+
+// FilePath returns the configuration file to read: the --config flag if given, else
+// OUTBOXD_CONFIG from environ, else "" (no file).
+func FilePath(flag string, environ []string) string {
+	if flag != "" {
+		return flag
+	}
+	v, _ := lookupEnv(environ, FileEnv)
+	return v
+}
+
+// lookupEnv finds key in environ; like os.Getenv, the first occurrence wins.
+func lookupEnv(environ []string, key string) (string, bool) {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+const maxReplicaIDLen = 64
+
+// defaultReplicaID is hostname-pid, shortened and cleaned so that it always validates.
+func defaultReplicaID() string {
+	pid := "-" + strconv.Itoa(os.Getpid())
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "outboxd"
+	}
+	host = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return '_'
+		}
+		return r
+	}, host)
+	for utf8.RuneCountInString(host)+len(pid) > maxReplicaIDLen {
+		_, size := utf8.DecodeLastRuneInString(host)
+		host = host[:len(host)-size]
+	}
+	return host + pid
+}
