@@ -1,0 +1,95 @@
+package store
+
+import "github.com/outboxd/outboxd/table"
+
+// statements holds every SQL text, rendered once for one table. Identifiers are
+// validated and quoted by package table; every value is a parameter.
+type statements struct {
+	claim, ack, release, retry, deferral, fail string
+}
+
+func newStatements(n table.Name) statements {
+	return statements{
+		claim:    render(claimSQL, n),
+		ack:      render(ackSQL, n),
+		release:  render(releaseSQL, n),
+		retry:    render(retrySQL, n),
+		deferral: render(deferSQL, n),
+		fail:     render(failSQL, n),
+	}
+}
+
+// claimSQL leases a batch of one stream.
+//
+// Concurrency: FOR UPDATE SKIP LOCKED makes concurrent claimers take disjoint rows
+// without waiting on each other; the outer UPDATE re-checks nothing because the rows
+// are locked by this statement. ORDER BY (available_at, id) is the claim index's own
+// order, so the plan walks only pending rows however many delivered rows are kept.
+// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds.
+const claimSQL = `
+WITH picked AS (
+    SELECT id FROM {{table}}
+    WHERE stream = $1 AND status = 'pending' AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{table}} AS m
+SET status = 'leased', lease_token = $3, owner = $4,
+    lease_until = now() + $5 * interval '1 millisecond'
+FROM picked
+WHERE m.id = picked.id
+RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
+          m.attempts, m.created_at, m.deferred_since, m.lease_until`
+
+// The write-backs below share one rule: a row changes only while it is leased under the
+// presented token (status = 'leased' AND lease_token = $2). A lease that expired and was
+// reclaimed or claimed again carries another token or none, so a stale replica's write
+// matches nothing and is reported as refused. Each releases the lease in the same
+// statement, which the table's lease constraint requires.
+
+// ackSQL: the broker confirmed these rows. Parameters: $1 ids, $2 token.
+const ackSQL = `
+UPDATE {{table}} AS m
+SET status = 'delivered', published_at = now(), lease_token = NULL, lease_until = NULL,
+    deferred_since = NULL
+FROM unnest($1::bigint[]) AS w(id)
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+
+// releaseSQL: hand rows back unchanged, claimable at once. Parameters: $1 ids, $2 token.
+const releaseSQL = `
+UPDATE {{table}} AS m
+SET status = 'pending', lease_token = NULL, lease_until = NULL
+FROM unnest($1::bigint[]) AS w(id)
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+
+// retrySQL: the broker refused; spend an attempt and wait out the backoff.
+// Parameters: $1 ids, $2 token, $3 delays in milliseconds, $4 error texts.
+const retrySQL = `
+UPDATE {{table}} AS m
+SET status = 'pending', attempts = m.attempts + 1, last_error = w.err,
+    available_at = now() + w.delay_ms * interval '1 millisecond',
+    lease_token = NULL, lease_until = NULL, deferred_since = NULL
+FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS w(id, delay_ms, err)
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+
+// deferSQL: the broker was unreachable and never saw the rows; no attempt is spent.
+// deferred_since keeps the start of the first deferral so max-defer can be enforced.
+// Parameters: $1 ids, $2 token, $3 delays in milliseconds, $4 error texts.
+const deferSQL = `
+UPDATE {{table}} AS m
+SET status = 'pending', last_error = w.err,
+    available_at = now() + w.delay_ms * interval '1 millisecond',
+    deferred_since = coalesce(m.deferred_since, now()),
+    lease_token = NULL, lease_until = NULL
+FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS w(id, delay_ms, err)
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+
+// failSQL: delivery ends for good. Parameters: $1 ids, $2 token, $3 attempts spent by
+// this outcome (0 or 1), $4 error texts.
+const failSQL = `
+UPDATE {{table}} AS m
+SET status = 'failed', attempts = m.attempts + w.spent, last_error = w.err,
+    lease_token = NULL, lease_until = NULL, deferred_since = NULL
+FROM unnest($1::bigint[], $3::integer[], $4::text[]) AS w(id, spent, err)
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`

@@ -1,0 +1,250 @@
+// Package store holds every SQL statement outboxd runs against the outbox table.
+//
+// Invariants:
+//   - Claims are disjoint: a claim locks the rows it takes with FOR UPDATE SKIP LOCKED,
+//     so concurrent claimers, in this process or in other replicas, never take the same row.
+//   - Every write-back presents the lease token it claimed with; a write whose token no
+//     longer matches (the lease expired and the row was reclaimed or claimed again)
+//     changes nothing and is counted as refused.
+//   - Time is the database's clock: lease expiry, availability and publication times are
+//     computed with now() in SQL; only durations come from Go.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/table"
+)
+
+// Token identifies one claim. Every row taken by a claim carries its token until the
+// row's outcome is written back.
+type Token [16]byte
+
+// NewToken returns a random token.
+func NewToken() Token {
+	var t Token
+	if _, err := rand.Read(t[:]); err != nil {
+		panic(fmt.Sprintf("store: read random lease token: %v", err)) // crypto/rand does not fail on supported platforms
+	}
+	return t
+}
+
+func (t Token) String() string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", t[0:4], t[4:6], t[6:8], t[8:10], t[10:16])
+}
+
+// Message is one claimed row, as the dispatcher needs it to publish.
+type Message struct {
+	ID            int64
+	Stream        string
+	Topic         string
+	Key           []byte // nil when the row has no key
+	Headers       map[string]string
+	Payload       []byte
+	MessageID     string // caller-supplied id, "" when none
+	Attempts      int    // publish attempts spent before this claim
+	CreatedAt     time.Time
+	DeferredSince time.Time // zero unless delivery has been deferred (broker unreachable)
+}
+
+// Claim is a batch of rows leased to one owner under one token until LeaseUntil
+// (database clock).
+type Claim struct {
+	Token      Token
+	LeaseUntil time.Time
+	Messages   []Message
+}
+
+// IDs lists the ids of the claimed messages in claim order.
+func (c Claim) IDs() []int64 {
+	ids := make([]int64, len(c.Messages))
+	for i, m := range c.Messages {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// WriteResult counts the rows a write-back changed and the rows it refused because they
+// no longer carried the presented lease token.
+type WriteResult struct {
+	Changed int
+	Refused int
+}
+
+// Retry asks for a row to be tried again after Delay, spending one attempt.
+type Retry struct {
+	ID    int64
+	Delay time.Duration
+	Err   string
+}
+
+// Deferral hands a row back after Delay without spending an attempt: the broker was
+// unreachable, so it never saw the message.
+type Deferral struct {
+	ID    int64
+	Delay time.Duration
+	Err   string
+}
+
+// Failure ends a row's delivery for good. Attempted says whether a publish attempt was
+// made (a permanent refusal) or not (deferred for longer than allowed).
+type Failure struct {
+	ID        int64
+	Err       string
+	Attempted bool
+}
+
+// Store runs outboxd's statements against one outbox table.
+type Store struct {
+	pool  *pgxpool.Pool
+	table table.Name
+	sql   statements
+}
+
+// New returns a Store for the outbox table n, reached through pool.
+func New(pool *pgxpool.Pool, n table.Name) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("store: nil pool")
+	}
+	if err := n.Validate(); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &Store{pool: pool, table: n, sql: newStatements(n)}, nil
+}
+
+// Table is the outbox table this store works on.
+func (s *Store) Table() table.Name { return s.table }
+
+// Pool is the connection pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Claim leases up to limit available pending rows of stream to owner for ttl, oldest
+// availability first. An empty claim is not an error.
+func (s *Store) Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (Claim, error) {
+	if limit <= 0 {
+		return Claim{}, fmt.Errorf("claim %s: limit must be positive, got %d", stream, limit)
+	}
+	if ttl < time.Millisecond {
+		return Claim{}, fmt.Errorf("claim %s: lease TTL must be at least 1ms, got %s", stream, ttl)
+	}
+	c := Claim{Token: NewToken()}
+	rows, err := s.pool.Query(ctx, s.sql.claim, stream, limit, c.Token, owner, ttl.Milliseconds())
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", stream, err)
+	}
+	c.Messages = make([]Message, 0, limit)
+	var deferred *time.Time
+	for rows.Next() {
+		var m Message
+		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
+			&m.Attempts, &m.CreatedAt, &deferred, &c.LeaseUntil); err != nil {
+			rows.Close()
+			return Claim{}, fmt.Errorf("claim %s: read row: %w", stream, err)
+		}
+		m.Stream = stream
+		if deferred != nil {
+			m.DeferredSince = *deferred
+		}
+		c.Messages = append(c.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", stream, err)
+	}
+	return c, nil
+}
+
+// Ack marks rows delivered: the broker confirmed them.
+func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (WriteResult, error) {
+	return s.write(ctx, "ack", len(ids), s.sql.ack, ids, token)
+}
+
+// Release hands rows back untouched, claimable again at once: used at shutdown for rows
+// that were not published.
+func (s *Store) Release(ctx context.Context, token Token, ids []int64) (WriteResult, error) {
+	return s.write(ctx, "release", len(ids), s.sql.release, ids, token)
+}
+
+// Retry returns rows to pending after their backoff, spending one attempt each.
+func (s *Store) Retry(ctx context.Context, token Token, retries []Retry) (WriteResult, error) {
+	ids, delays, errs := make([]int64, len(retries)), make([]int64, len(retries)), make([]string, len(retries))
+	for i, r := range retries {
+		ids[i], delays[i], errs[i] = r.ID, r.Delay.Milliseconds(), errorText(r.Err)
+	}
+	return s.write(ctx, "retry", len(ids), s.sql.retry, ids, token, delays, errs)
+}
+
+// Defer returns rows to pending after a pause without spending an attempt, recording
+// when the deferral began (kept across successive deferrals).
+func (s *Store) Defer(ctx context.Context, token Token, deferrals []Deferral) (WriteResult, error) {
+	ids, delays, errs := make([]int64, len(deferrals)), make([]int64, len(deferrals)), make([]string, len(deferrals))
+	for i, d := range deferrals {
+		ids[i], delays[i], errs[i] = d.ID, d.Delay.Milliseconds(), errorText(d.Err)
+	}
+	return s.write(ctx, "defer", len(ids), s.sql.deferral, ids, token, delays, errs)
+}
+
+// Fail marks rows failed for good with their error text.
+func (s *Store) Fail(ctx context.Context, token Token, failures []Failure) (WriteResult, error) {
+	ids, spent, errs := make([]int64, len(failures)), make([]int32, len(failures)), make([]string, len(failures))
+	for i, f := range failures {
+		ids[i], errs[i] = f.ID, errorText(f.Err)
+		if f.Attempted {
+			spent[i] = 1
+		}
+	}
+	return s.write(ctx, "fail", len(ids), s.sql.fail, ids, token, spent, errs)
+}
+
+// write runs one lease-checked write-back and counts what it changed and refused.
+func (s *Store) write(ctx context.Context, op string, n int, sql string, args ...any) (WriteResult, error) {
+	if n == 0 {
+		return WriteResult{}, nil
+	}
+	tag, err := s.pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return WriteResult{}, fmt.Errorf("%s %d rows in %s: %w", op, n, s.table, err)
+	}
+	changed := int(tag.RowsAffected())
+	return WriteResult{Changed: changed, Refused: n - changed}, nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return nil
+}
+
+func render(sql string, n table.Name) string {
+	return strings.ReplaceAll(sql, "{{table}}", n.Qualified())
+}
+
+// MaxErrorLen bounds the error text stored in last_error, in bytes.
+const MaxErrorLen = 2048
+
+// errorText makes a broker's error message storable: PostgreSQL text cannot hold NUL or
+// invalid UTF-8, and one such message must not make the write-back of its whole batch
+// fail. Long messages are cut at MaxErrorLen on a rune boundary.
+func errorText(s string) string {
+	if s == "" {
+		s = "unknown error"
+	}
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	if len(s) > MaxErrorLen {
+		cut := MaxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}
