@@ -21,7 +21,9 @@ type fixture struct {
 	ctx   context.Context
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t *testing.T) *fixture { return setupB(t) }
+
+func setupB(t testing.TB) *fixture {
 	t.Helper()
 	pg := testenv.NewPG(t)
 	s, err := store.New(pg.Pool, pg.Table)
@@ -34,11 +36,13 @@ func setup(t *testing.T) *fixture {
 }
 
 // insert writes n rows for stream with plain SQL, as any producer could.
-func (f *fixture) insert(t testing.TB, stream string, n int) {
+func (f *fixture) insert(t testing.TB, stream string, n int) { f.insertPayload(t, stream, n, 100) }
+
+func (f *fixture) insertPayload(t testing.TB, stream string, n, size int) {
 	t.Helper()
 	_, err := f.pg.Pool.Exec(f.ctx, `INSERT INTO `+f.pg.Table.Qualified()+` (stream, topic, key, headers, payload)
-		SELECT $1, 'topic.' || g, 'k' || (g % 10), jsonb_build_object('n', g::text), convert_to(repeat('x', 100), 'UTF8')
-		FROM generate_series(1, $2) g`, stream, n)
+		SELECT $1, 'topic.' || g, 'k' || (g % 10), jsonb_build_object('n', g::text), convert_to(repeat('x', $3), 'UTF8')
+		FROM generate_series(1, $2) g`, stream, n, size)
 	if err != nil {
 		t.Fatal(err)
 	}
