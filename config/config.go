@@ -41,7 +41,7 @@ const FileEnv = "OUTBOXD_CONFIG"
 type Config struct {
 	DatabaseURL string            `yaml:"database_url" redact:"dsn"`
 	Schema      string            `yaml:"schema"`
-	Table       string            `yaml:"table"`
+	TableName   string            `yaml:"table"` // Table() returns it with Schema
 	ReplicaID   string            `yaml:"replica_id"`
 	Log         Log               `yaml:"log"`
 	Streams     map[string]Stream `yaml:"streams"`
@@ -154,7 +154,7 @@ func Default() Config {
 	return Config{
 		DatabaseURL: "postgres://127.0.0.1:5432/postgres",
 		Schema:      table.Default.Schema,
-		Table:       table.Default.Table,
+		TableName:   table.Default.Table,
 		ReplicaID:   defaultReplicaID(),
 		Log:         Log{Level: "info", Format: "json"},
 		Janitor: Janitor{
@@ -202,7 +202,7 @@ func DefaultDriver(typ string) Driver {
 }
 
 // Table names the outbox table.
-func (c Config) Table() table.Name { return table.Name{Schema: c.Schema, Table: c.Table} }
+func (c Config) Table() table.Name { return table.Name{Schema: c.Schema, Table: c.TableName} }
 
 // FilePath returns the configuration file to read: the --config flag if given, else
 // OUTBOXD_CONFIG from environ, else "" (no file).

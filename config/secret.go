@@ -33,14 +33,11 @@ func (s Secret) GoString() string { return strconv.Quote(s.shown()) }
 
 // Format implements fmt.Formatter so that no verb (%x included) reaches the value.
 func (s Secret) Format(f fmt.State, verb rune) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
+	if verb == 'v' && f.Flag('#') {
 		_, _ = io.WriteString(f, s.GoString())
-	case verb == 'q':
-		_, _ = fmt.Fprintf(f, fmt.FormatString(f, verb), s.shown())
-	default:
-		_, _ = fmt.Fprintf(f, fmt.FormatString(f, 's'), s.shown())
+		return
 	}
+	_, _ = fmt.Fprintf(f, fmt.FormatString(f, verb), s.shown())
 }
 
 // MarshalText implements encoding.TextMarshaler.

@@ -189,3 +189,16 @@ func NewPG(t testing.TB) *PG {
 	})
 	return &PG{DSN: dsn, Table: n, Pool: pool}
 }
+
+// Connect opens a connection to dsn for t, closed when t ends.
+func Connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		unreachable(t, err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}

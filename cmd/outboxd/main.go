@@ -1,0 +1,101 @@
+// Command outboxd delivers rows of a transactional outbox table in PostgreSQL to Kafka
+// and NATS. This file is the composition root: it parses the command line and
+// configuration and hands over to the packages that do the work.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// usageError marks a mistake on the command line; it exits with status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `outboxd delivers transactional-outbox rows from PostgreSQL to Kafka and NATS.
+
+Usage:
+  outboxd <command> [flags]
+
+Commands:
+  migrate up                 apply every pending schema migration
+  migrate down (N | --all)   revert N migrations, or all of them
+  migrate version            print the applied and the expected schema version
+  migrate sql (up | down)    print the migrations as SQL for psql, with your names
+  config check               validate the configuration and print it, secrets redacted
+  version                    print the build version
+
+Every command reads OUTBOXD_* environment variables and, with --config FILE or
+OUTBOXD_CONFIG, a YAML file; see docs/configuration.md.
+`
+
+// env is what a command may read from its surroundings, so tests can run commands
+// without touching the process environment.
+type env struct {
+	args    []string
+	environ []string
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, env{args: os.Args[1:], environ: os.Environ(), stdout: os.Stdout, stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command and returns the process exit status.
+func run(ctx context.Context, e env) int {
+	err := dispatch(ctx, e)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "outboxd: %v\n\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "outboxd: %v\n", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, e env) error {
+	if len(e.args) == 0 {
+		return usageError{"no command given"}
+	}
+	cmd, rest := e.args[0], e.args[1:]
+	e.args = rest
+	switch cmd {
+	case "migrate":
+		return migrateCmd(ctx, e)
+	case "config":
+		return configCmd(e)
+	case "version", "--version":
+		fmt.Fprintf(e.stdout, "outboxd %s (%s)\n", version, goVersion())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(e.stdout, usage)
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+}
+
+func goVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		return info.GoVersion
+	}
+	return "unknown Go version"
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/outboxd/outboxd/migrations"
+)
+
+func migrateCmd(ctx context.Context, e env) error {
+	if len(e.args) == 0 {
+		return usageError{"migrate: want one of up, down, version, sql"}
+	}
+	sub := e.args[0]
+	fs := newFlags("migrate "+sub, e.stderr)
+	all := false
+	if sub == "down" {
+		fs.BoolVar(&all, "all", false, "revert every migration (drops the outbox table and its rows)")
+	}
+	if err := parseFlags(fs, e.args[1:]); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(e, fs)
+	if err != nil {
+		return err
+	}
+	n := cfg.Table()
+
+	if sub == "sql" {
+		if fs.NArg() != 1 {
+			return usageError{"migrate sql: want the direction, up or down"}
+		}
+		script, err := migrations.Script(n, fs.Arg(0))
+		if err != nil {
+			return usageError{"migrate sql: " + err.Error()}
+		}
+		fmt.Fprint(e.stdout, script)
+		return nil
+	}
+
+	steps := 0
+	switch sub {
+	case "up", "version":
+		if fs.NArg() > 0 {
+			return usageError{fmt.Sprintf("migrate %s: unexpected argument %q", sub, fs.Arg(0))}
+		}
+	case "down":
+		switch {
+		case all && fs.NArg() == 0:
+		case !all && fs.NArg() == 1:
+			steps, err = strconv.Atoi(fs.Arg(0))
+			if err != nil || steps < 1 {
+				return usageError{fmt.Sprintf("migrate down: want a positive number of steps, got %q", fs.Arg(0))}
+			}
+		default:
+			return usageError{"migrate down: want a number of steps or --all"}
+		}
+	default:
+		return usageError{fmt.Sprintf("migrate: unknown subcommand %q", sub)}
+	}
+
+	m, err := migrations.Open(ctx, cfg.DatabaseURL, n)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	switch sub {
+	case "up":
+		err = m.Up()
+	case "down":
+		err = m.Down(steps)
+	}
+	if err != nil {
+		return err
+	}
+	v, dirty, err := m.Version()
+	if err != nil {
+		return err
+	}
+	state := "clean"
+	if dirty {
+		state = "dirty: a migration failed half-way; fix the schema by hand, then force the version with the migrate CLI"
+	}
+	fmt.Fprintf(e.stdout, "%s: schema version %d of %d (%s)\n", n, v, migrations.Latest(), state)
+	if dirty {
+		return errors.New("migration state is dirty")
+	}
+	return nil
+}

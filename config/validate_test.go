@@ -1,0 +1,180 @@
+package config
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidConfigPasses(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("validConfig: %v", err)
+	}
+}
+
+func TestValidateFindsEachBrokenRule(t *testing.T) {
+	t.Parallel()
+	stream := func(f func(*Stream)) func(*Config) {
+		return func(c *Config) { s := c.Streams["orders"]; f(&s); c.Streams["orders"] = s }
+	}
+	driver := func(name string, f func(*Driver)) func(*Config) {
+		return func(c *Config) { d := c.Drivers[name]; f(&d); c.Drivers[name] = d }
+	}
+	cases := []struct {
+		name    string
+		break_  func(*Config)
+		key     string
+		msgPart string
+	}{
+		{"An empty DSN is a problem.", func(c *Config) { c.DatabaseURL = "" }, "database_url", "required"},
+		{"A DSN URL with another scheme is a problem.", func(c *Config) { c.DatabaseURL = "mysql://db/app" }, "database_url", `got scheme "mysql"`},
+		{"A DSN URL with a bad port is a problem.", func(c *Config) { c.DatabaseURL = "postgres://db:port/app" }, "database_url", `invalid port ":port"`},
+		{"A key=value DSN without = is a problem.", func(c *Config) { c.DatabaseURL = "host=db dbname" }, "database_url", "want = after the key ending at byte 14"},
+		{"A key=value DSN with an open quote is a problem.", func(c *Config) { c.DatabaseURL = "host='db" }, "database_url", "no closing quote"},
+		{"A replica id with a space is a problem.", func(c *Config) { c.ReplicaID = "a b" }, "replica_id", "without spaces"},
+		{"An empty replica id is a problem.", func(c *Config) { c.ReplicaID = "" }, "replica_id", "1 to 64"},
+		{"A replica id of 65 characters is a problem.", func(c *Config) { c.ReplicaID = strings.Repeat("é", 65) }, "replica_id", "1 to 64"},
+		{"An unknown log level is a problem.", func(c *Config) { c.Log.Level = "trace" }, "log.level", "want one of debug, info, warn, error"},
+		{"An unknown log format is a problem.", func(c *Config) { c.Log.Format = "xml" }, "log.format", "want one of json, text"},
+		{"An upper-case stream name is a problem.", func(c *Config) { c.Streams["Orders"] = c.Streams["orders"] }, "streams.Orders", "stream name"},
+		{"A stream name with __ is a problem.", func(c *Config) { c.Streams["a__b"] = c.Streams["orders"] }, "streams.a__b", "no \"__\""},
+		{"A driver name of 64 characters is a problem.", func(c *Config) { c.Drivers[strings.Repeat("d", 64)] = c.Drivers["bus"] }, "drivers." + strings.Repeat("d", 64), "driver name"},
+		{"A stream without a driver is a problem.", stream(func(s *Stream) { s.Driver = "" }), "streams.orders.driver", "required"},
+		{"A stream naming a missing driver is a problem.", stream(func(s *Stream) { s.Driver = "nope" }), "streams.orders.driver", `no driver named "nope"`},
+		{"A batch size over 10000 is a problem.", stream(func(s *Stream) { s.BatchSize = 10001 }), "streams.orders.batch_size", "between 1 and 10000"},
+		{"A concurrency of 0 is a problem.", stream(func(s *Stream) { s.Concurrency = 0 }), "streams.orders.concurrency", "between 1 and 64"},
+		{"A poll interval under 10ms is a problem.", stream(func(s *Stream) { s.PollInterval = 9 * time.Millisecond }), "streams.orders.poll_interval", "between 10ms and 1h"},
+		{"A lease under 1s is a problem.", stream(func(s *Stream) { s.LeaseTTL = 999 * time.Millisecond }), "streams.orders.lease_ttl", "between 1s and 24h"},
+		{"A lease no longer than the publish timeout is a problem.", stream(func(s *Stream) { s.LeaseTTL = 10 * time.Second }), "streams.orders.lease_ttl", "must exceed publish_timeout (10s)"},
+		{"A publish timeout over 10m is a problem.", stream(func(s *Stream) { s.PublishTimeout = 11 * time.Minute }), "streams.orders.publish_timeout", "between 100ms and 10m"},
+		{"A zero initial backoff is a problem.", stream(func(s *Stream) { s.BackoffInitial = 0 }), "streams.orders.backoff_initial", "positive"},
+		{"A maximum backoff under the initial one is a problem.", stream(func(s *Stream) { s.BackoffMax = 500 * time.Millisecond }), "streams.orders.backoff_max", "at least backoff_initial (1s)"},
+		{"More than 1000 attempts is a problem.", stream(func(s *Stream) { s.MaxAttempts = 1001 }), "streams.orders.max_attempts", "between 1 and 1000"},
+		{"A max defer under 1s is a problem.", stream(func(s *Stream) { s.MaxDefer = time.Millisecond }), "streams.orders.max_defer", "0 (unbounded) or at least 1s"},
+		{"A dead-letter driver without a topic is a problem.", stream(func(s *Stream) { s.DeadLetter.Driver = "bus" }), "streams.orders.dead_letter.topic", "required when dead_letter.driver is set"},
+		{"A dead-letter topic without a driver is a problem.", stream(func(s *Stream) { s.DeadLetter.Topic = "dlq" }), "streams.orders.dead_letter.driver", "required when dead_letter.topic is set"},
+		{"A dead-letter driver that does not exist is a problem.", stream(func(s *Stream) { s.DeadLetter = DeadLetter{Driver: "gone", Topic: "dlq"} }), "streams.orders.dead_letter.driver", `no driver named "gone"`},
+		{"A driver without a type is a problem.", driver("bus", func(d *Driver) { d.Type = "" }), "drivers.bus.type", "required"},
+		{"A driver of an unknown type is a problem.", driver("bus", func(d *Driver) { d.Type = "rabbit" }), "drivers.bus.type", "want one of kafka, nats, jetstream"},
+		{"A kafka driver without brokers is a problem.", driver("bus", func(d *Driver) { d.Brokers = nil }), "drivers.bus.brokers", "at least one host:port"},
+		{"A broker without a port is a problem.", driver("bus", func(d *Driver) { d.Brokers = []string{"k1:9092", "k2"} }), "drivers.bus.brokers", `item 2: want host:port, got "k2"`},
+		{"A broker with port 0 is a problem.", driver("bus", func(d *Driver) { d.Brokers = []string{"k1:0"} }), "drivers.bus.brokers", "1 to 65535"},
+		{"An unknown compression is a problem.", driver("bus", func(d *Driver) { d.Compression = "brotli" }), "drivers.bus.compression", "none, gzip, snappy, lz4, zstd"},
+		{"A zero write timeout is a problem.", driver("bus", func(d *Driver) { d.WriteTimeout = 0 }), "drivers.bus.write_timeout", "positive"},
+		{"An unknown SASL mechanism is a problem.", driver("bus", func(d *Driver) { d.SASL = SASL{Mechanism: "gssapi", Username: "u", Password: "p"} }), "drivers.bus.sasl.mechanism", "want one of"},
+		{"A SASL mechanism without a password is a problem.", driver("bus", func(d *Driver) { d.SASL = SASL{Mechanism: "plain", Username: "u"} }), "drivers.bus.sasl.password", "required when sasl.mechanism is set"},
+		{"A SASL user without a mechanism is a problem.", driver("bus", func(d *Driver) { d.SASL = SASL{Username: "u", Password: "p"} }), "drivers.bus.sasl.mechanism", "required when"},
+		{"A NATS URL on a kafka driver is a problem.", driver("bus", func(d *Driver) { d.URL = "nats://n:4222" }), "drivers.bus.url", "only valid for types nats and jetstream"},
+		{"Brokers on a NATS driver are a problem.", driver("events", func(d *Driver) { d.Brokers = []string{"k:9092"} }), "drivers.events.brokers", "only valid for type kafka"},
+		{"In-flight limits on a NATS driver are a problem.", driver("events", func(d *Driver) { d.MaxInFlight = 5 }), "drivers.events.max_in_flight", "only valid for type jetstream"},
+		{"A NATS driver without a URL is a problem.", driver("events", func(d *Driver) { d.URL = "" }), "drivers.events.url", "required"},
+		{"A NATS URL with another scheme is a problem.", driver("events", func(d *Driver) { d.URL = "nats://n1:4222,http://n2:4222" }), "drivers.events.url", `server 2 ("http://n2:4222"): want scheme nats`},
+		{"An empty server in a NATS list is a problem.", driver("events", func(d *Driver) { d.URL = "nats://n1:4222,,nats://n2:4222" }), "drivers.events.url", "server 2"},
+		{"A NATS token and user together are a problem.", driver("events", func(d *Driver) { d.Token, d.Username, d.Password = "t", "u", "p" }), "drivers.events.token", "choose one way"},
+		{"A NATS user without a password is a problem.", driver("events", func(d *Driver) { d.Username = "u" }), "drivers.events.username", "set both or neither"},
+		{"A zero NATS publish timeout is a problem.", driver("events", func(d *Driver) { d.PublishTimeout = 0 }), "drivers.events.publish_timeout", "positive"},
+		{"A JetStream in-flight limit over 65536 is a problem.", driver("js", func(d *Driver) { d.MaxInFlight = 65537 }), "drivers.js.max_in_flight", "between 1 and 65536"},
+		{"A CA file with TLS disabled is a problem.", driver("js", func(d *Driver) { d.TLS.CAFile = "/ca.pem" }), "drivers.js.tls.ca_file", "tls.enabled is false"},
+		{"A certificate without a key is a problem.", driver("js", func(d *Driver) { d.TLS = TLS{Enabled: true, CertFile: "/c.pem"} }), "drivers.js.tls.cert_file", "set both or neither"},
+		{"A zero janitor interval is a problem.", func(c *Config) { c.Janitor.Interval = 0 }, "janitor.interval", "positive"},
+		{"A reclaim batch over 100000 is a problem.", func(c *Config) { c.Janitor.ReclaimBatch = 100001 }, "janitor.reclaim_batch", "between 1 and 100000"},
+		{"A negative retention is a problem.", func(c *Config) { c.Janitor.Retention = -time.Second }, "janitor.retention", "must not be negative"},
+		{"A zero purge batch is a problem.", func(c *Config) { c.Janitor.PurgeBatch = 0 }, "janitor.purge_batch", "between 1 and 100000"},
+		{"A partition interval under 1h is a problem.", func(c *Config) { c.Janitor.Partitions.Interval = 59 * time.Minute }, "janitor.partitions.interval", "at least 1h, got 59m"},
+		{"Partitions 366 ahead are a problem.", func(c *Config) { c.Janitor.Partitions.Ahead = 366 }, "janitor.partitions.ahead", "between 1 and 365"},
+		{"An HTTP address without a port is a problem.", func(c *Config) { c.HTTP.Addr = "localhost" }, "http.addr", "missing port"},
+		{"An HTTP address with a named port is a problem.", func(c *Config) { c.HTTP.Addr = "localhost:http" }, "http.addr", "port must be a number"},
+		{"A short admin token is a problem.", func(c *Config) { c.HTTP.AdminToken = "0123456789abcde" }, "http.admin_token", "at least 16 characters"},
+		{"Redacted output pasted back as a secret is a problem.", func(c *Config) { c.HTTP.AdminToken = "[REDACTED]" }, "http.admin_token", "placeholder"},
+		{"Redacted output pasted back as the DSN is a problem.", func(c *Config) { c.DatabaseURL = "host=db password=[REDACTED]" }, "database_url", "placeholder"},
+		{"Redacted output pasted back as a DSN URL is a problem.", func(c *Config) { c.DatabaseURL = "postgres://u:[REDACTED]@db/app" }, "database_url", "placeholder"},
+		{"Redacted output pasted back as a NATS URL is a problem.", driver("events", func(d *Driver) { d.URL = "nats://[REDACTED]@n:4222" }), "drivers.events.url", "placeholder"},
+		{"Tracing enabled without an endpoint is a problem.", func(c *Config) { c.Tracing.Enabled = true }, "tracing.endpoint", "required when tracing.enabled is true"},
+		{"A tracing endpoint that is not HTTP is a problem.", func(c *Config) { c.Tracing.Endpoint = "grpc://collector:4317" }, "tracing.endpoint", "scheme must be http or https"},
+		{"A sample ratio over 1 is a problem.", func(c *Config) { c.Tracing.SampleRatio = 1.5 }, "tracing.sample_ratio", "between 0 and 1"},
+		{"A sample ratio of NaN is a problem.", func(c *Config) { c.Tracing.SampleRatio = math.NaN() }, "tracing.sample_ratio", "between 0 and 1"},
+		{"An empty service name is a problem.", func(c *Config) { c.Tracing.ServiceName = "" }, "tracing.service_name", "required"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := validConfig()
+			tc.break_(&c)
+			ps := asProblems(t, c.Validate())
+			wantKeys(t, ps, tc.key)
+			if !strings.Contains(ps.List[0].Msg, tc.msgPart) {
+				t.Errorf("message %q does not contain %q", ps.List[0].Msg, tc.msgPart)
+			}
+		})
+	}
+}
+
+func TestValidateAcceptsTheEdgesOfEachRange(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	s := c.Streams["orders"]
+	s.BatchSize, s.Concurrency, s.MaxAttempts = 10000, 64, 1
+	s.PollInterval, s.LeaseTTL, s.PublishTimeout = 10*time.Millisecond, 24*time.Hour, 10*time.Minute
+	s.BackoffMax, s.MaxDefer = s.BackoffInitial, time.Second
+	c.Streams["orders"] = s
+	c.DatabaseURL = "host=db port=5432 password='it\\'s ok' dbname=app"
+	c.HTTP = HTTP{Addr: ":0", AdminToken: "0123456789abcdef"}
+	c.Janitor.Retention = 0
+	c.Janitor.Partitions.Interval = time.Hour
+	c.Tracing = Tracing{Enabled: true, Endpoint: "https://collector:4318/v1/traces", SampleRatio: 0, ServiceName: "x"}
+	d := c.Drivers["events"]
+	d.URL = "n1:4222, tls://user:pw@n2:4222"
+	d.Username, d.Password = "", ""
+	c.Drivers["events"] = d
+	c.Drivers["0.a-b_c"] = DefaultDriver(TypeJetStream)
+	js := c.Drivers["0.a-b_c"]
+	js.URL, js.MaxInFlight = "wss://n:443", 65536
+	c.Drivers["0.a-b_c"] = js
+	c.Streams[strings.Repeat("s", 63)] = s
+	c.ReplicaID = strings.Repeat("é", 64)
+	if err := c.Validate(); err != nil {
+		t.Errorf("edges of the ranges rejected: %v", err)
+	}
+}
+
+func TestIdentifiersAreCheckedWithTheTableRules(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		ident string
+		ok    bool
+	}{
+		{"An injection attempt is rejected.", "x; drop table y", false},
+		{"Upper case is rejected.", "Messages", false},
+		{"A quoted name is rejected.", `"q"`, false},
+		{"A name longer than 40 bytes is rejected.", strings.Repeat("a", 41), false},
+		{"A name starting pg_ is rejected.", "pg_x", false},
+		{"An empty name is rejected.", "", false},
+		{"A plain name is accepted.", "my_outbox", true},
+		{"A name of 40 bytes is accepted.", strings.Repeat("a", 40), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, key := range []string{"schema", "table"} {
+				c := validConfig()
+				if key == "schema" {
+					c.Schema = tc.ident
+				} else {
+					c.TableName = tc.ident
+				}
+				err := c.Validate()
+				if tc.ok {
+					if err != nil {
+						t.Errorf("%s %q rejected: %v", key, tc.ident, err)
+					}
+					continue
+				}
+				wantKeys(t, asProblems(t, err), key)
+			}
+		})
+	}
+}
