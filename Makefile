@@ -1,0 +1,47 @@
+# outboxd: `make` lists the targets. Needs bash and Go; `make test` finds or starts PostgreSQL.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Go may be installed without being on PATH (a non-login shell on a fresh machine).
+ifeq ($(shell command -v go 2>/dev/null),)
+export PATH := /usr/local/go/bin:$(PATH)
+endif
+
+GO ?= go
+GOFMT ?= gofmt
+# Extra arguments for go test, e.g. make test ARGS='-run TestX -v'
+ARGS ?=
+# Packages for make test (scripts/test.sh reads PKGS), e.g. make test PKGS=./store/
+PKGS ?= ./...
+export PKGS
+# The .go files gofmt looks at: tracked and untracked-but-not-ignored ones that exist.
+GOFILES = $(filter-out %/testdata/% testdata/% vendor/%,$(wildcard $(shell git ls-files --cached --others --exclude-standard -- '*.go' 2>/dev/null)))
+
+.PHONY: help test vet fmt build bench pg-env clean
+
+help: ## List the targets
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+test: ## Full check: PostgreSQL ensured, gofmt, go vet, go test -race (PKGS=, ARGS= go test's)
+	bash scripts/test.sh $(ARGS)
+
+vet: ## go vet ./...
+	$(GO) vet ./...
+
+fmt: ## Format the .go files in place (gofmt -w)
+	$(if $(GOFILES),$(GOFMT) -l -w $(GOFILES))
+
+build: ## Build the binary into bin/outboxd
+	$(GO) build -o bin/outboxd ./cmd/outboxd
+
+bench: ## Run the benchmarks against an ensured PostgreSQL (ARGS= passed to go test)
+	@set -euo pipefail; trap 'outboxd_pg_stop || true' EXIT; . scripts/ensure-postgres.sh; \
+	  $(GO) test -run '^$$' -bench . -benchmem ./... $(ARGS)
+
+pg-env: ## Print export OUTBOXD_TEST_DATABASE_URL=... (a server it has to start keeps running)
+	@bash scripts/ensure-postgres.sh
+
+clean: ## Remove build output
+	rm -rf bin .tmp
+	rm -f outboxd
