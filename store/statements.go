@@ -74,16 +74,31 @@ FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS w(id, delay_ms, err)
 WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
 
 // deferSQL: the broker was unreachable and never saw the rows; no attempt is spent.
-// deferred_since keeps the start of the first deferral so max-defer can be enforced.
-// Parameters: $1 ids, $2 token, $3 delays in milliseconds, $4 error texts.
+// deferred_since keeps the start of the first deferral; a row deferred for longer than
+// the maximum ($5 ms, 0 = no maximum) is failed instead, in the same statement. The
+// expiry is computed once per row in x (UPDATE … FROM cannot refer to the target row
+// laterally); the row is ours while leased under $2, so nobody moves deferred_since
+// between that read and the update, and a reclaimed row fails the token re-check.
+// Parameters: $1 ids, $2 token, $3 delays in milliseconds, $4 error texts, $5 max defer ms.
 const deferSQL = `
 UPDATE {{table}} AS m
-SET status = 'pending', last_error = w.err,
-    available_at = now() + w.delay_ms * interval '1 millisecond',
-    deferred_since = coalesce(m.deferred_since, now()),
+SET status = CASE WHEN x.expired THEN 'failed' ELSE 'pending' END,
+    last_error = CASE WHEN x.expired
+        THEN 'deferred for longer than max_defer (' || ($5 * interval '1 millisecond') || '): ' || x.err
+        ELSE x.err END,
+    available_at = CASE WHEN x.expired THEN m.available_at
+        ELSE now() + x.delay_ms * interval '1 millisecond' END,
+    deferred_since = CASE WHEN x.expired THEN NULL ELSE coalesce(m.deferred_since, now()) END,
     lease_token = NULL, lease_until = NULL
-FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS w(id, delay_ms, err)
-WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+FROM (
+    SELECT w.id, w.delay_ms, w.err,
+           $5 > 0 AND t.deferred_since IS NOT NULL
+               AND now() - t.deferred_since > $5 * interval '1 millisecond' AS expired
+    FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS w(id, delay_ms, err)
+    JOIN {{table}} AS t ON t.id = w.id
+) AS x
+WHERE m.id = x.id AND m.status = 'leased' AND m.lease_token = $2
+RETURNING m.id, x.expired`
 
 // failSQL: delivery ends for good. Parameters: $1 ids, $2 token, $3 attempts spent by
 // this outcome (0 or 1), $4 error texts.

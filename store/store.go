@@ -181,14 +181,48 @@ func (s *Store) Retry(ctx context.Context, token Token, retries []Retry) (WriteR
 	return s.write(ctx, "retry", len(ids), s.sql.retry, ids, token, delays, errs)
 }
 
+// DeferResult reports a deferral: rows handed back, rows refused because their lease
+// moved on, and the ids of rows failed instead because they had been deferred for longer
+// than the allowed maximum.
+type DeferResult struct {
+	WriteResult
+	Expired []int64
+}
+
 // Defer returns rows to pending after a pause without spending an attempt, recording
-// when the deferral began (kept across successive deferrals).
-func (s *Store) Defer(ctx context.Context, token Token, deferrals []Deferral) (WriteResult, error) {
+// when the deferral began (kept across successive deferrals). With maxDefer > 0, a row
+// whose deferral began more than maxDefer ago (database clock) is failed instead, its
+// error text saying so; it counts as changed and is listed in Expired.
+func (s *Store) Defer(ctx context.Context, token Token, deferrals []Deferral, maxDefer time.Duration) (DeferResult, error) {
+	if len(deferrals) == 0 {
+		return DeferResult{}, nil
+	}
 	ids, delays, errs := make([]int64, len(deferrals)), make([]int64, len(deferrals)), make([]string, len(deferrals))
 	for i, d := range deferrals {
 		ids[i], delays[i], errs[i] = d.ID, d.Delay.Milliseconds(), errorText(d.Err)
 	}
-	return s.write(ctx, "defer", len(ids), s.sql.deferral, ids, token, delays, errs)
+	rows, err := s.pool.Query(ctx, s.sql.deferral, ids, token, delays, errs, maxDefer.Milliseconds())
+	if err != nil {
+		return DeferResult{}, fmt.Errorf("defer %d rows in %s: %w", len(ids), s.table, err)
+	}
+	var res DeferResult
+	for rows.Next() {
+		var id int64
+		var failed bool
+		if err := rows.Scan(&id, &failed); err != nil {
+			rows.Close()
+			return DeferResult{}, fmt.Errorf("defer %d rows in %s: %w", len(ids), s.table, err)
+		}
+		res.Changed++
+		if failed {
+			res.Expired = append(res.Expired, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return DeferResult{}, fmt.Errorf("defer %d rows in %s: %w", len(ids), s.table, err)
+	}
+	res.Refused = len(ids) - res.Changed
+	return res, nil
 }
 
 // Fail marks rows failed for good with their error text.

@@ -224,7 +224,8 @@ func TestWriteBackWithAStaleTokenChangesNothingAndIsCountedAsRefused(t *testing.
 			return f.store.Retry(f.ctx, stale, []store.Retry{{ID: ids[0], Delay: time.Second, Err: "x"}})
 		}},
 		{"defer", func() (store.WriteResult, error) {
-			return f.store.Defer(f.ctx, stale, []store.Deferral{{ID: ids[0], Delay: time.Second, Err: "x"}})
+			res, err := f.store.Defer(f.ctx, stale, []store.Deferral{{ID: ids[0], Delay: time.Second, Err: "x"}}, 0)
+			return res.WriteResult, err
 		}},
 		{"fail", func() (store.WriteResult, error) {
 			return f.store.Fail(f.ctx, stale, []store.Failure{{ID: ids[0], Err: "x", Attempted: true}})
@@ -319,7 +320,7 @@ func TestDeferSpendsNoAttemptAndKeepsTheFirstDeferralStart(t *testing.T) {
 	f.insert(t, "orders", 1)
 	c := f.claim(t, "orders", 1)
 	id := c.IDs()[0]
-	if res, err := f.store.Defer(f.ctx, c.Token, []store.Deferral{{ID: id, Err: "dial tcp: connection refused"}}); err != nil || res.Changed != 1 {
+	if res, err := f.store.Defer(f.ctx, c.Token, []store.Deferral{{ID: id, Err: "dial tcp: connection refused"}}, time.Hour); err != nil || res.Changed != 1 || len(res.Expired) != 0 {
 		t.Fatalf("defer: %+v %v", res, err)
 	}
 	first := f.row(t, id)
@@ -330,7 +331,7 @@ func TestDeferSpendsNoAttemptAndKeepsTheFirstDeferralStart(t *testing.T) {
 	if len(c2.Messages) != 1 || c2.Messages[0].DeferredSince.IsZero() {
 		t.Fatalf("claim of a deferred row does not report its deferral: %+v", c2.Messages)
 	}
-	if _, err := f.store.Defer(f.ctx, c2.Token, []store.Deferral{{ID: id, Delay: time.Hour, Err: "still down"}}); err != nil {
+	if _, err := f.store.Defer(f.ctx, c2.Token, []store.Deferral{{ID: id, Delay: time.Hour, Err: "still down"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	second := f.row(t, id)
@@ -340,6 +341,31 @@ func TestDeferSpendsNoAttemptAndKeepsTheFirstDeferralStart(t *testing.T) {
 	c3 := f.claim(t, "orders", 1)
 	if len(c3.Messages) != 0 {
 		t.Fatal("a row deferred for an hour was claimable at once")
+	}
+}
+
+func TestDeferFailsARowDeferredForLongerThanTheMaximum(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.insert(t, "orders", 2)
+	// One row has been deferred since two hours ago, the other since a minute ago.
+	if _, err := f.pg.Pool.Exec(f.ctx, `UPDATE `+f.pg.Table.Qualified()+` SET deferred_since = now() - CASE WHEN id = 1 THEN interval '2 hours' ELSE interval '1 minute' END`); err != nil {
+		t.Fatal(err)
+	}
+	c := f.claim(t, "orders", 2)
+	res, err := f.store.Defer(f.ctx, c.Token, []store.Deferral{
+		{ID: 1, Delay: time.Second, Err: "connection refused"},
+		{ID: 2, Delay: time.Second, Err: "connection refused"},
+	}, time.Hour)
+	if err != nil || res.Changed != 2 || len(res.Expired) != 1 || res.Expired[0] != 1 {
+		t.Fatalf("defer with max 1h: %+v %v", res, err)
+	}
+	old, young := f.row(t, 1), f.row(t, 2)
+	if old.Status != "failed" || old.Attempts != 0 || old.DeferredSince != nil || !strings.Contains(*old.LastError, "max_defer (01:00:00): connection refused") {
+		t.Fatalf("row deferred for 2h: %+v (%s)", old, *old.LastError)
+	}
+	if young.Status != "pending" || young.DeferredSince == nil {
+		t.Fatalf("row deferred for 1m: %+v", young)
 	}
 }
 

@@ -1,0 +1,75 @@
+package router
+
+import (
+	"context"
+	"errors"
+)
+
+// Kind says what a failed publish costs.
+type Kind int
+
+const (
+	// KindRetryable: the broker refused this time; try again after a backoff, spending
+	// an attempt. Unclassified errors are retryable.
+	KindRetryable Kind = iota
+	// KindPermanent: the broker will never accept this message (too large, invalid
+	// destination, not authorised); fail it at once with the reason.
+	KindPermanent
+	// KindUnreachable: the broker was not reached and never saw the message; try again
+	// when it is back, without spending an attempt.
+	KindUnreachable
+	// KindCanceled: our own context ended before the outcome was known (shutdown);
+	// hand the message back unchanged.
+	KindCanceled
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRetryable:
+		return "retryable"
+	case KindPermanent:
+		return "permanent"
+	case KindUnreachable:
+		return "unreachable"
+	case KindCanceled:
+		return "canceled"
+	}
+	return "unknown"
+}
+
+// Error is a classified publish error.
+type Error struct {
+	Kind Kind
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Kind.String() + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Permanent classifies err as permanent.
+func Permanent(err error) error { return &Error{Kind: KindPermanent, Err: err} }
+
+// Retryable classifies err as retryable.
+func Retryable(err error) error { return &Error{Kind: KindRetryable, Err: err} }
+
+// Unreachable classifies err as unreachable.
+func Unreachable(err error) error { return &Error{Kind: KindUnreachable, Err: err} }
+
+// Canceled classifies err as the end of our own context.
+func Canceled(err error) error { return &Error{Kind: KindCanceled, Err: err} }
+
+// KindOf returns the kind of a publish error: its classification when a driver gave
+// one; canceled for a bare context error; retryable otherwise.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return KindCanceled
+	}
+	return KindRetryable
+}
+
+// ErrClosed is returned for every message published after Close.
+var ErrClosed = errors.New("driver closed")
