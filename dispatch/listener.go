@@ -1,0 +1,139 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/table"
+)
+
+// Waker is woken when its stream has news.
+type Waker interface {
+	Stream() string
+	Wake()
+}
+
+// Listener holds its own connection, LISTENs on the outbox table's channel and wakes
+// the pipeline of the stream each notification names. It reconnects with backoff and
+// wakes every pipeline after each (re)connect, because notifications sent while it was
+// away are lost; polling covers the gap either way.
+type Listener struct {
+	connConfig *pgx.ConnConfig
+	table      table.Name
+	wakers     map[string]Waker
+	emit       Emitter
+	log        *slog.Logger
+	connected  atomic.Bool
+	received   atomic.Uint64
+
+	// keepalive is how long a quiet connection waits before it is pinged, so a
+	// connection that died silently is noticed.
+	keepalive time.Duration
+}
+
+// NewListener builds a listener for the outbox table n, connecting with connConfig.
+func NewListener(connConfig *pgx.ConnConfig, n table.Name, wakers []Waker, emit Emitter, logger *slog.Logger) *Listener {
+	if emit == nil {
+		emit = discardEmitter{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	byStream := make(map[string]Waker, len(wakers))
+	for _, w := range wakers {
+		byStream[w.Stream()] = w
+	}
+	return &Listener{
+		connConfig: connConfig, table: n, wakers: byStream, emit: emit,
+		log: logger.With("component", "listener"), keepalive: 30 * time.Second,
+	}
+}
+
+// Connected reports whether the listener currently holds a listening connection.
+func (l *Listener) Connected() bool { return l.connected.Load() }
+
+// Received counts notifications received since start.
+func (l *Listener) Received() uint64 { return l.received.Load() }
+
+// Run listens until ctx ends.
+func (l *Listener) Run(ctx context.Context) error {
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		began := time.Now()
+		err := l.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if l.connected.Swap(false) || attempt == 1 {
+			l.log.Warn("notification listener disconnected; reconnecting (polling continues)", "err", err)
+		}
+		l.emit.Emit(events.ListenerState{Connected: false, Err: err})
+		if time.Since(began) > time.Minute {
+			attempt = 1 // a long healthy session resets the backoff
+		}
+		t := time.NewTimer(backoff(100*time.Millisecond, 5*time.Second, attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	l.connected.Store(false)
+	return nil
+}
+
+// session connects, listens and wakes pipelines until the connection fails or ctx ends.
+// The connection is closed only here, after WaitForNotification has returned: closing
+// it under a waiting goroutine would race.
+func (l *Listener) session(ctx context.Context) error {
+	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgx.ConnectConfig(connectCtx, l.connConfig)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listener: connect: %w", err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+l.table.ListenChannel()); err != nil {
+		return fmt.Errorf("listener: listen on %s: %w", l.table.Channel(), err)
+	}
+	l.connected.Store(true)
+	l.emit.Emit(events.ListenerState{Connected: true})
+	l.log.Info("listening for new messages", "channel", l.table.Channel())
+	for _, w := range l.wakers {
+		w.Wake()
+	}
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, l.keepalive)
+		n, err := conn.WaitForNotification(waitCtx)
+		quiet := errors.Is(waitCtx.Err(), context.DeadlineExceeded)
+		cancel()
+		switch {
+		case err == nil:
+			l.received.Add(1)
+			if w, ok := l.wakers[n.Payload]; ok {
+				w.Wake()
+			}
+		case ctx.Err() != nil:
+			return nil
+		case quiet:
+			pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("listener: keepalive: %w", err)
+			}
+		default:
+			return fmt.Errorf("listener: wait for notification: %w", err)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
+)
+
+// outcomes sorts one batch's publish results into the write-backs they need.
+type outcomes struct {
+	acks     []int64
+	retries  []store.Retry
+	defers   []store.Deferral
+	fails    []store.Failure
+	releases []int64
+	reasons  map[string]int
+	reached  bool // some message reached the broker
+	missed   bool // some message could not reach it
+}
+
+// process publishes one claimed batch and writes back every outcome.
+func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTime time.Duration) {
+	msgs := make([]router.Message, len(claim.Messages))
+	for i, m := range claim.Messages {
+		msgs[i] = router.Message{
+			ID: m.ID, Stream: m.Stream, Topic: p.cfg.TopicPrefix + m.Topic, Key: m.Key,
+			Headers: m.Headers, Payload: m.Payload, MessageID: m.MessageID,
+		}
+	}
+	pubCtx, cancel := context.WithTimeout(hard, p.cfg.PublishTimeout)
+	start := p.now()
+	errs := p.pub.Publish(pubCtx, msgs)
+	publishTime := p.now().Sub(start)
+	cancel()
+
+	p.mu.Lock()
+	deferFor := p.breaker.deferFor()
+	p.mu.Unlock()
+	o := p.classify(claim.Messages, errs, ctx.Err() != nil, deferFor)
+	if o.reached || o.missed {
+		p.mu.Lock()
+		change := p.breaker.record(p.now(), o.reached, o.missed)
+		p.mu.Unlock()
+		p.report(change)
+	} else {
+		p.mu.Lock()
+		p.breaker.cancelTrial()
+		p.mu.Unlock()
+	}
+
+	start = p.now()
+	ev := p.writeBack(ctx, claim, o)
+	ev.Claim, ev.Publish, ev.WriteBack = claimTime, publishTime, p.now().Sub(start)
+	ev.Stream, ev.Claimed = p.cfg.Stream, len(claim.Messages)
+	p.emit.Emit(ev)
+}
+
+// classify maps each message's publish result to its write-back.
+func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bool, deferFor time.Duration) outcomes {
+	o := outcomes{acks: make([]int64, 0, len(batch))}
+	fail := func(m store.Message, reason, text string, attempted bool) {
+		o.fails = append(o.fails, store.Failure{ID: m.ID, Err: text, Attempted: attempted})
+		if o.reasons == nil {
+			o.reasons = map[string]int{}
+		}
+		o.reasons[reason]++
+	}
+	retry := func(m store.Message, err error) {
+		attempt := m.Attempts + 1
+		if attempt >= p.cfg.MaxAttempts {
+			fail(m, "attempts_exhausted", fmt.Sprintf("gave up after %d attempts: %v", attempt, err), true)
+			return
+		}
+		o.retries = append(o.retries, store.Retry{ID: m.ID, Delay: backoff(p.cfg.BackoffInitial, p.cfg.BackoffMax, attempt), Err: err.Error()})
+	}
+	for i, m := range batch {
+		err := errs[i]
+		if err == nil {
+			o.acks = append(o.acks, m.ID)
+			o.reached = true
+			continue
+		}
+		switch router.KindOf(err) {
+		case router.KindPermanent:
+			o.reached = true
+			fail(m, "permanent", err.Error(), true)
+		case router.KindUnreachable:
+			o.missed = true
+			o.defers = append(o.defers, store.Deferral{ID: m.ID, Delay: deferFor, Err: err.Error()})
+		case router.KindCanceled:
+			if shuttingDown {
+				o.releases = append(o.releases, m.ID)
+				continue
+			}
+			o.reached = true
+			retry(m, fmt.Errorf("publish did not complete within %s: %w", p.cfg.PublishTimeout, err))
+		default:
+			o.reached = true
+			retry(m, err)
+		}
+	}
+	return o
+}
+
+// writeBack applies the outcomes, each in one lease-checked statement. Write-backs run
+// even after shutdown began (they are what makes shutdown safe); a failing database is
+// retried until the lease would have expired, after which the rows are left for lease
+// reclaiming.
+func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes) events.Iteration {
+	ev := events.Iteration{FailReasons: o.reasons}
+	deadline := p.now().Add(p.cfg.LeaseTTL)
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	t := claim.Token
+	steps := []struct {
+		n     int
+		write func() (store.WriteResult, error)
+		count *int
+	}{
+		{len(o.acks), func() (store.WriteResult, error) { return p.store.Ack(wctx, t, o.acks) }, &ev.Published},
+		{len(o.fails), func() (store.WriteResult, error) { return p.store.Fail(wctx, t, o.fails) }, &ev.Failed},
+		{len(o.retries), func() (store.WriteResult, error) { return p.store.Retry(wctx, t, o.retries) }, &ev.Retried},
+		{len(o.defers), func() (store.WriteResult, error) {
+			res, err := p.store.Defer(wctx, t, o.defers, p.cfg.MaxDefer)
+			if n := len(res.Expired); n > 0 {
+				ev.Failed += n
+				if ev.FailReasons == nil {
+					ev.FailReasons = map[string]int{}
+				}
+				ev.FailReasons["max_defer"] += n
+				res.Changed -= n
+			}
+			return res.WriteResult, err
+		}, &ev.Deferred},
+		{len(o.releases), func() (store.WriteResult, error) { return p.store.Release(wctx, t, o.releases) }, &ev.Released},
+	}
+	for _, s := range steps {
+		if s.n == 0 {
+			continue
+		}
+		res, err := p.retryWrite(wctx, s.write)
+		if err != nil {
+			ev.Err = errors.Join(ev.Err, err)
+			p.log.Error("write-back failed; rows stay leased until their lease expires", "rows", s.n, "err", err)
+			continue
+		}
+		*s.count += res.Changed
+		ev.LeaseConflicts += res.Refused
+	}
+	if ev.LeaseConflicts > 0 {
+		p.log.Warn("write-back refused: lease moved on (the batch outlived its lease)", "rows", ev.LeaseConflicts)
+	}
+	return ev
+}
+
+// retryWrite runs write until it succeeds or ctx ends, pausing between tries.
+func (p *Pipeline) retryWrite(ctx context.Context, write func() (store.WriteResult, error)) (store.WriteResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := write()
+		if err == nil || ctx.Err() != nil {
+			return res, err
+		}
+		if attempt == 1 {
+			p.log.Warn("write-back failed; retrying", "err", err)
+		}
+		t := time.NewTimer(backoff(50*time.Millisecond, 2*time.Second, attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		}
+	}
+}

@@ -1,0 +1,264 @@
+// Package dispatch runs outboxd's loops: one pipeline per stream that claims, publishes
+// and writes back, the listener that wakes pipelines, and their circuit breakers.
+//
+// Invariants: a row is acknowledged only after the broker confirmed it; every
+// write-back presents the lease token of its claim; a message that never reached the
+// broker costs no attempt; and at shutdown every lease not published is handed back so
+// another replica can take the rows at once. Notifications only shorten waits: polling
+// alone delivers everything.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Store is what a pipeline needs from the database.
+type Store interface {
+	Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
+	Ack(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
+	Retry(ctx context.Context, token store.Token, retries []store.Retry) (store.WriteResult, error)
+	Defer(ctx context.Context, token store.Token, deferrals []store.Deferral, maxDefer time.Duration) (store.DeferResult, error)
+	Fail(ctx context.Context, token store.Token, failures []store.Failure) (store.WriteResult, error)
+	Release(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
+}
+
+// Publisher is what a pipeline needs from the router: one error per message, in order.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []router.Message) []error
+}
+
+// Emitter receives the pipeline's events. It must not block.
+type Emitter interface {
+	Emit(events.Event)
+}
+
+var (
+	_ Store     = (*store.Store)(nil)
+	_ Publisher = (*router.Publisher)(nil)
+)
+
+// PipelineConfig tunes one stream's pipeline; zero values take the defaults noted.
+type PipelineConfig struct {
+	Stream         string
+	Owner          string // replica id recorded on every lease
+	TopicPrefix    string
+	BatchSize      int           // rows per claim (100)
+	Concurrency    int           // batches publishing at once (2)
+	PollInterval   time.Duration // wait when idle and not woken (1s)
+	LeaseTTL       time.Duration // lease length (30s); must exceed PublishTimeout
+	PublishTimeout time.Duration // bound on one batch's publish (10s)
+	BackoffInitial time.Duration // first retry pause (1s)
+	BackoffMax     time.Duration // longest retry pause (5m)
+	MaxAttempts    int           // attempts before a refused message fails (10)
+	MaxDefer       time.Duration // longest deferral before failing; 0 = unbounded
+	// ShutdownGrace bounds how long in-flight publishes may finish after shutdown
+	// begins before they are cancelled and their rows released (10s).
+	ShutdownGrace time.Duration
+	// BreakerThreshold consecutive unreachable batches open the breaker (3); it stays
+	// open BreakerPause at first, doubling up to BreakerMaxPause (1s, 30s).
+	BreakerThreshold int
+	BreakerPause     time.Duration
+	BreakerMaxPause  time.Duration
+}
+
+func (c *PipelineConfig) defaults() error {
+	setInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setDur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setInt(&c.BatchSize, 100)
+	setInt(&c.Concurrency, 2)
+	setInt(&c.MaxAttempts, 10)
+	setInt(&c.BreakerThreshold, 3)
+	setDur(&c.PollInterval, time.Second)
+	setDur(&c.LeaseTTL, 30*time.Second)
+	setDur(&c.PublishTimeout, 10*time.Second)
+	setDur(&c.BackoffInitial, time.Second)
+	setDur(&c.BackoffMax, 5*time.Minute)
+	setDur(&c.ShutdownGrace, 10*time.Second)
+	setDur(&c.BreakerPause, time.Second)
+	setDur(&c.BreakerMaxPause, 30*time.Second)
+	switch {
+	case c.Stream == "":
+		return errors.New("pipeline: stream name is empty")
+	case c.Owner == "":
+		return fmt.Errorf("pipeline %s: owner (replica id) is empty", c.Stream)
+	case c.BatchSize < 0 || c.Concurrency < 0 || c.MaxAttempts < 0:
+		return fmt.Errorf("pipeline %s: batch size, concurrency and max attempts must be positive", c.Stream)
+	case c.LeaseTTL <= c.PublishTimeout:
+		return fmt.Errorf("pipeline %s: lease TTL %s must exceed the publish timeout %s", c.Stream, c.LeaseTTL, c.PublishTimeout)
+	}
+	return nil
+}
+
+// Pipeline drains one stream: claim a batch, publish it, write every outcome back.
+type Pipeline struct {
+	cfg   PipelineConfig
+	store Store
+	pub   Publisher
+	emit  Emitter
+	log   *slog.Logger
+	wake  chan struct{}
+	now   func() time.Time
+
+	mu      sync.Mutex // guards breaker
+	breaker *breaker
+}
+
+// NewPipeline builds a pipeline; emit and logger may be nil.
+func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logger *slog.Logger) (*Pipeline, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if st == nil || pub == nil {
+		return nil, fmt.Errorf("pipeline %s: store and publisher are required", cfg.Stream)
+	}
+	if emit == nil {
+		emit = discardEmitter{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Pipeline{
+		cfg:     cfg,
+		store:   st,
+		pub:     pub,
+		emit:    emit,
+		log:     logger.With("stream", cfg.Stream),
+		wake:    make(chan struct{}, 1),
+		now:     time.Now,
+		breaker: newBreaker(cfg.BreakerThreshold, cfg.BreakerPause, cfg.BreakerMaxPause),
+	}, nil
+}
+
+type discardEmitter struct{}
+
+func (discardEmitter) Emit(events.Event) {}
+
+// Stream is the stream this pipeline drains.
+func (p *Pipeline) Stream() string { return p.cfg.Stream }
+
+// Wake asks the pipeline to claim now instead of at its next poll. It never blocks;
+// wake-ups arriving while one is pending fold into it.
+func (p *Pipeline) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run drains the stream until ctx ends, then shuts down in two phases: it stops
+// claiming, lets in-flight publishes finish within ShutdownGrace (cancelling them after
+// that), writes back every known outcome and releases the rest. It returns when every
+// batch is written back.
+func (p *Pipeline) Run(ctx context.Context) error {
+	// hard ends in-flight publishes; it outlives ctx by the shutdown grace.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	slots := make(chan struct{}, p.cfg.Concurrency)
+	var inflight sync.WaitGroup
+	claimFailures := 0
+
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		p.mu.Lock()
+		limit, wait, change := p.breaker.allow(p.now(), p.cfg.BatchSize)
+		p.mu.Unlock()
+		p.report(change)
+		if limit == 0 {
+			<-slots
+			p.sleep(ctx, wait, false)
+			continue
+		}
+
+		start := p.now()
+		claim, err := p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+		claimTime := p.now().Sub(start)
+		if err != nil || len(claim.Messages) == 0 {
+			<-slots
+			p.mu.Lock()
+			p.breaker.cancelTrial()
+			p.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				claimFailures++
+				p.emit.Emit(events.ClaimFailed{Stream: p.cfg.Stream, Err: err})
+				if claimFailures == 1 || claimFailures%30 == 0 {
+					p.log.Error("claim failed", "err", err, "consecutive", claimFailures)
+				}
+				p.sleep(ctx, min(p.cfg.PollInterval, backoff(100*time.Millisecond, 5*time.Second, claimFailures)), false)
+			} else if err == nil {
+				claimFailures = 0
+				p.sleep(ctx, jitter(p.cfg.PollInterval), true)
+			}
+			continue
+		}
+		claimFailures = 0
+
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-slots }()
+			p.process(ctx, hard, claim, claimTime)
+		}()
+		if len(claim.Messages) < limit {
+			// Not a full batch: the backlog is drained. Wait for news or the poll.
+			p.sleep(ctx, jitter(p.cfg.PollInterval), true)
+		}
+	}
+
+	grace := time.AfterFunc(p.cfg.ShutdownGrace, cancelHard)
+	inflight.Wait()
+	grace.Stop()
+	return nil
+}
+
+// sleep waits for d, ctx's end, or (when wakeable) a wake-up.
+func (p *Pipeline) sleep(ctx context.Context, d time.Duration, wakeable bool) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = p.wake
+	}
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-ctx.Done():
+	}
+}
+
+func (p *Pipeline) report(c *events.BreakerChanged) {
+	if c == nil {
+		return
+	}
+	c.Stream = p.cfg.Stream
+	p.emit.Emit(*c)
+	switch c.To {
+	case events.BreakerOpen:
+		p.log.Warn("broker unreachable: pausing claims", "from", c.From, "pause", c.Pause)
+	case events.BreakerClosed:
+		p.log.Info("broker reachable again: claiming resumed")
+	}
+}
