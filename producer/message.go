@@ -1,0 +1,106 @@
+package producer
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// InvalidMessageError reports a message the client refused before sending anything, so
+// the caller's transaction is untouched. Check for it with errors.As.
+type InvalidMessageError struct {
+	Index  int    // position in the batch; -1 for a single Enqueue
+	Field  string // "stream", "topic", "payload" or "headers"
+	Reason string
+}
+
+func (e *InvalidMessageError) Error() string {
+	msg := "producer: message"
+	if e.Index >= 0 {
+		msg += " " + strconv.Itoa(e.Index)
+	}
+	return msg + ": " + e.Field + ": " + e.Reason
+}
+
+// check reports the first problem with m, or nil. The database refuses the same inputs
+// (except an empty header name) with constraints, but only by aborting the transaction.
+func check(i int, m *Message) error {
+	switch {
+	case m.Stream == "":
+		return &InvalidMessageError{Index: i, Field: "stream", Reason: "must not be empty"}
+	case m.Topic == "":
+		return &InvalidMessageError{Index: i, Field: "topic", Reason: "must not be empty"}
+	case m.Payload == nil:
+		return &InvalidMessageError{Index: i, Field: "payload", Reason: "must not be nil (use []byte{} for an empty payload)"}
+	}
+	if _, ok := m.Headers[""]; ok {
+		return &InvalidMessageError{Index: i, Field: "headers", Reason: "a header name must not be empty"}
+	}
+	// PostgreSQL text holds neither NUL nor invalid UTF-8; refusing them here keeps the
+	// caller's transaction usable instead of letting the INSERT abort it.
+	for _, f := range [...]struct{ name, value string }{
+		{"stream", m.Stream}, {"topic", m.Topic}, {"key", m.Key}, {"message_id", m.MessageID},
+	} {
+		if reason := badText(f.value); reason != "" {
+			return &InvalidMessageError{Index: i, Field: f.name, Reason: reason}
+		}
+	}
+	for name, value := range m.Headers {
+		if reason := badText(name); reason != "" {
+			return &InvalidMessageError{Index: i, Field: "headers", Reason: "name " + strconv.Quote(name) + " " + reason}
+		}
+		if reason := badText(value); reason != "" {
+			return &InvalidMessageError{Index: i, Field: "headers", Reason: "value of " + strconv.Quote(name) + " " + reason}
+		}
+	}
+	return nil
+}
+
+// badText says why s cannot be stored as PostgreSQL text, or "".
+func badText(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	}
+	return ""
+}
+
+// checkAll checks a whole batch, so that none of it is written if any of it is wrong.
+func checkAll(msgs []Message) error {
+	for i := range msgs {
+		if err := check(i, &msgs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// headersJSON is the headers column as JSON text: an object of strings, {} for none.
+func headersJSON(h map[string]string) string {
+	if len(h) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(h) // a map of strings always marshals
+	return string(b)
+}
+
+// nullable maps the Go zero value to SQL NULL for the optional text columns.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// availableAt is the bound value for available_at: NULL lets the statement fall back to
+// the database clock.
+func availableAt(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}

@@ -1,0 +1,81 @@
+package producer
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Every statement writes exactly the producer's columns; the dispatcher's columns take their
+// defaults. Values are always parameters: only the validated, quoted table name is text.
+// available_at defaults to the database's statement_timestamp(), the same clock (and, for a
+// message without AvailableAt, the same instant) as created_at, so that no client clock
+// decides when a message becomes due.
+
+// columns is the order of the producer's columns in every statement and in COPY.
+const columns = "stream, topic, key, headers, payload, available_at, message_id"
+
+// paramsPerRow is the number of bound values one message takes.
+const paramsPerRow = 7
+
+// maxSQLRows is the most messages one database/sql statement carries: the protocol counts
+// parameters in 16 bits, so a statement can bind at most 65535 values.
+const maxSQLRows = 65535 / paramsPerRow
+
+// insertOneSQL writes one message and returns its id.
+func insertOneSQL(table string) string {
+	return "INSERT INTO " + table + " (" + columns + ")\n" +
+		"VALUES ($1, $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, statement_timestamp()), $7)\n" +
+		"RETURNING id"
+}
+
+// insertUnnestSQL writes a batch passed as one array per column, in one statement (so the
+// notify trigger fires once). The arrays are equally long. Ids follow array order: rows
+// are inserted in ordinality order.
+func insertUnnestSQL(table string) string {
+	return "INSERT INTO " + table + " (" + columns + ")\n" +
+		"SELECT m.stream, m.topic, m.key, m.headers, m.payload,\n" +
+		"       coalesce(m.available_at, statement_timestamp()), m.message_id\n" +
+		"FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::timestamptz[], $7::text[])\n" +
+		"     WITH ORDINALITY AS m(stream, topic, key, headers, payload, available_at, message_id, n)\n" +
+		"ORDER BY m.n"
+}
+
+// insertValuesSQL returns a multi-row INSERT of maxSQLRows rows for drivers that bind
+// only scalars, and where each row ends in it. The statement for n rows is the prefix
+// text[:ends[n]], so every chunk size shares this one string. Ids follow row order.
+func insertValuesSQL(table string) (text string, ends []int) {
+	var b strings.Builder
+	b.Grow(maxSQLRows * 100)
+	b.WriteString("INSERT INTO " + table + " (" + columns + ") VALUES\n")
+	ends = make([]int, maxSQLRows+1)
+	ends[0] = b.Len()
+	var num []byte
+	param := func(p int) {
+		num = strconv.AppendInt(num[:0], int64(p), 10)
+		b.WriteByte('$')
+		b.Write(num)
+	}
+	for r := range maxSQLRows {
+		p := r * paramsPerRow
+		if r > 0 {
+			b.WriteString(",\n")
+		}
+		b.WriteByte('(')
+		param(p + 1)
+		b.WriteString(", ")
+		param(p + 2)
+		b.WriteString(", ")
+		param(p + 3)
+		b.WriteString(", ")
+		param(p + 4)
+		b.WriteString("::jsonb, ")
+		param(p + 5)
+		b.WriteString(", coalesce(")
+		param(p + 6)
+		b.WriteString("::timestamptz, statement_timestamp()), ")
+		param(p + 7)
+		b.WriteByte(')')
+		ends[r+1] = b.Len()
+	}
+	return b.String(), ends
+}
