@@ -1,0 +1,132 @@
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outboxd/outboxd/router"
+)
+
+// classify gives a kafka-go or network error its router kind, keeping its text and
+// chain. An error a driver already classified keeps its kind.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var done *router.Error
+	if errors.As(err, &done) {
+		return err
+	}
+	return &router.Error{Kind: kindOf(err), Err: err}
+}
+
+func kindOf(err error) router.Kind {
+	// Our own ending comes first: a dial aborted by our context wraps it too.
+	if errors.Is(err, context.Canceled) {
+		return router.KindCanceled
+	}
+	// A closed driver sends nothing; like the NATS drivers, say the broker never saw it.
+	if errors.Is(err, router.ErrClosed) {
+		return router.KindUnreachable
+	}
+	var code kafka.Error
+	if errors.As(err, &code) {
+		return codeKind(code)
+	}
+	if lostConnection(err) {
+		return router.KindUnreachable
+	}
+	// Anything else, a produce request that timed out (context.DeadlineExceeded from
+	// kafka-go's own per-attempt deadline) included, may have reached the broker:
+	// retry, spending an attempt.
+	return router.KindRetryable
+}
+
+// codeKind classifies a broker's error code for a produce or metadata request.
+func codeKind(code kafka.Error) router.Kind {
+	switch code {
+	case kafka.UnknownTopicOrPartition, // the driver checks existence first; see Publish
+		kafka.InvalidTopic,
+		kafka.MessageSizeTooLarge,
+		kafka.RecordListTooLarge,
+		kafka.InvalidRecord,
+		kafka.InvalidTimestamp,
+		kafka.InvalidRequiredAcks,
+		kafka.UnsupportedForMessageFormat,
+		kafka.UnsupportedCompressionType,
+		kafka.UnsupportedVersion,
+		kafka.PolicyViolation,
+		kafka.TopicAuthorizationFailed,
+		kafka.ClusterAuthorizationFailed:
+		return router.KindPermanent
+	case kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism, kafka.IllegalSASLState:
+		// Credentials are the driver's, not the message's: failing messages for a bad
+		// password would fail every message of every stream on this driver. As with TLS
+		// failures, nothing was sent; defer and let the breaker pause the streams.
+		return router.KindUnreachable
+	case kafka.BrokerNotAvailable:
+		// kafka-go answers this itself when the partition's leader is not among the
+		// brokers it knows, before sending anything.
+		return router.KindUnreachable
+	}
+	// NOT_ENOUGH_REPLICAS, NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE,
+	// REQUEST_TIMED_OUT, throttling and codes we do not know: the broker may take the
+	// message later.
+	return router.KindRetryable
+}
+
+// lostConnection reports an error that means we did not get to talk Kafka to the
+// broker: it could not be dialled, resolved or TLS-verified, or the connection we had
+// was closed under us.
+func lostConnection(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	var unknownAuthority x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var verify *tls.CertificateVerificationError
+	var record tls.RecordHeaderError
+	switch {
+	case errors.As(err, &dns), errors.As(err, &unknownAuthority), errors.As(err, &badHost),
+		errors.As(err, &verify), errors.As(err, &record):
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// spread turns WriteMessages' answer for messages bound for topics into one
+// classified error per message, each naming its topic. A kafka.WriteErrors answers
+// message by message; any other error is the whole call's.
+func spread(err error, topics []string) []error {
+	out := make([]error, len(topics))
+	if err == nil {
+		return out
+	}
+	var each kafka.WriteErrors
+	if errors.As(err, &each) && len(each) == len(topics) {
+		for i, e := range each {
+			if e != nil {
+				out[i] = classify(publishError(topics[i], e))
+			}
+		}
+		return out
+	}
+	for i := range out {
+		out[i] = classify(publishError(topics[i], err))
+	}
+	return out
+}

@@ -1,0 +1,349 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/metadata"
+
+	"github.com/outboxd/outboxd/router"
+)
+
+// metadataPoll is how often a publish waiting for the producer's metadata to learn a
+// topic that exists looks again. It only reads kafka-go's cache.
+const metadataPoll = 20 * time.Millisecond
+
+// Publish writes msgs in one WriteMessages call and returns one error per message, in
+// order. Before writing it takes out, each with its own permanent error, the messages
+// that cannot succeed: larger than a produce request may be, or bound for a topic that
+// does not exist (kafka-go would fail the whole call for either). A batch the broker
+// refuses as too large is re-sent message by message, so that only the message that
+// is too large fails. Everything is bounded by ctx and the driver's write timeout.
+func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	c := &publishCall{d: d, ctx: ctx, msgs: msgs, out: make([]error, len(msgs))}
+	if d.closed {
+		for i := range msgs {
+			c.out[i] = router.Unreachable(publishError(msgs[i].Topic, fmt.Errorf("kafka driver %q: %w", d.name, router.ErrClosed)))
+		}
+		return c.out
+	}
+	var cancel context.CancelFunc
+	c.wctx, cancel = context.WithTimeout(ctx, d.writeTimeout)
+	defer cancel()
+	if ctx.Err() != nil {
+		for i := range msgs {
+			c.out[i] = c.failure(msgs[i].Topic, ctx.Err())
+		}
+		return c.out
+	}
+	c.run()
+	return c.out
+}
+
+// publishCall is the state of one Publish.
+type publishCall struct {
+	d    *Driver
+	ctx  context.Context // the caller's
+	wctx context.Context // the caller's, bounded by the write timeout
+	msgs []router.Message
+	out  []error
+
+	batch   []kafka.Message // index-aligned with msgs
+	tickets []ticket
+	acks    acks
+}
+
+func (c *publishCall) run() {
+	n := len(c.msgs)
+	c.batch = make([]kafka.Message, n)
+	c.tickets = make([]ticket, n)
+	c.acks.done = make([]bool, n)
+	var topics []string
+	for i := range c.msgs {
+		c.tickets[i] = ticket{acks: &c.acks, i: i}
+		c.batch[i] = message(&c.msgs[i], &c.tickets[i])
+		topic := c.msgs[i].Topic
+		switch size := requestSize(&c.batch[i]); {
+		case topic == "":
+			c.out[i] = router.Permanent(errors.New("publish: the message has no topic"))
+		case size > maxRequestBytes:
+			c.out[i] = router.Permanent(publishError(topic, fmt.Errorf(
+				"the message takes %d bytes and one produce request may take %d: %w", size, maxRequestBytes, kafka.MessageSizeTooLarge)))
+		case !slices.Contains(topics, topic):
+			topics = append(topics, topic)
+		}
+	}
+	refused := c.checkTopics(topics)
+
+	send := make([]int, 0, n)
+	for i := range c.msgs {
+		if c.out[i] != nil {
+			continue
+		}
+		if err, ok := refused[c.msgs[i].Topic]; ok {
+			c.out[i] = err
+			continue
+		}
+		send = append(send, i)
+	}
+	c.send(send)
+
+	if len(send) < 2 {
+		return
+	}
+	// The broker refused a request as too large: its limit for that topic is lower
+	// than ours, and the message at fault cannot be told from the others that shared
+	// its request. Alone, each gets its own answer.
+	for _, i := range send {
+		if tooLarge(c.out[i]) {
+			c.out[i] = nil
+			c.send([]int{i})
+		}
+	}
+}
+
+// send writes the messages at indexes idx in one WriteMessages call and records their
+// outcomes.
+func (c *publishCall) send(idx []int) {
+	if len(idx) == 0 {
+		return
+	}
+	sub := make([]kafka.Message, len(idx))
+	topics := make([]string, len(idx))
+	for j, i := range idx {
+		sub[j] = c.batch[i]
+		topics[j] = c.msgs[i].Topic
+	}
+	err := c.d.writer.WriteMessages(c.wctx, sub...)
+	var each kafka.WriteErrors
+	if err == nil || errors.As(err, &each) {
+		for j, e := range spread(err, topics) {
+			c.out[idx[j]] = e
+		}
+		return
+	}
+	// The call ended before every batch was answered (our context), or before any was
+	// sent: messages confirmed meanwhile keep their success.
+	for j, i := range idx {
+		if !c.acks.confirmed(i) {
+			c.out[i] = c.failure(topics[j], err)
+		}
+	}
+}
+
+// failure is the error of a message to topic whose outcome err left unknown: the
+// caller's context ending wins, then the write timeout, then err's own kind.
+func (c *publishCall) failure(topic string, err error) error {
+	if ctxErr := c.ctx.Err(); ctxErr != nil {
+		return router.Canceled(publishError(topic, ctxErr))
+	}
+	if c.wctx.Err() != nil {
+		return router.Retryable(publishError(topic, fmt.Errorf("no answer within write_timeout %s: %w", c.d.writeTimeout, c.wctx.Err())))
+	}
+	return classify(publishError(topic, err))
+}
+
+// unsent is the error of a message to topic that was not sent because finding its
+// topic failed with err. Short of a broker's own refusal (bad credentials, say) or the
+// caller's context ending, no broker saw the message, whatever the cause: a refused or
+// silent connection, a failed TLS handshake, or the write timeout passing meanwhile.
+func (c *publishCall) unsent(topic string, err error) error {
+	var code kafka.Error
+	if c.ctx.Err() != nil || errors.As(err, &code) {
+		return c.failure(topic, err)
+	}
+	return router.Unreachable(publishError(topic, fmt.Errorf("topic metadata: %w", err)))
+}
+
+// checkTopics returns the error of each topic in topics that cannot take messages now.
+// A topic unknown to kafka-go's cached metadata is looked up afresh before it is called
+// missing, because it may have been created since the cache was filled; when it exists
+// after all, we wait, within the write timeout, for the cache to catch up, since
+// kafka-go routes by the cache alone.
+func (c *publishCall) checkTopics(topics []string) map[string]error {
+	refused := map[string]error{}
+	if len(topics) == 0 {
+		return refused
+	}
+	fail := func(topics []string, err error) map[string]error {
+		for _, t := range topics {
+			refused[t] = c.unsent(t, err)
+		}
+		return refused
+	}
+	codes, err := c.d.topicCodes(c.wctx, c.d.transport, topics, c.d.autoCreate)
+	if err != nil {
+		return fail(topics, err)
+	}
+	var unknown []string
+	for _, t := range topics {
+		switch code := codes[t]; {
+		case code == 0:
+		case code == kafka.UnknownTopicOrPartition && !c.d.autoCreate:
+			unknown = append(unknown, t)
+		default:
+			refused[t] = classify(publishError(t, topicError(code, c.d.autoCreate)))
+		}
+	}
+	if len(unknown) == 0 {
+		return refused
+	}
+
+	fresh := c.d.connect()
+	fresh.MetadataTopics = unknown
+	defer fresh.CloseIdleConnections()
+	codes, err = c.d.topicCodes(c.wctx, fresh, unknown, false)
+	if err != nil {
+		return fail(unknown, err)
+	}
+	var created []string
+	for _, t := range unknown {
+		if code := codes[t]; code == 0 {
+			created = append(created, t)
+		} else {
+			refused[t] = classify(publishError(t, topicError(code, false)))
+		}
+	}
+	if len(created) == 0 {
+		return refused
+	}
+	c.d.log.Debug("waiting for the producer's metadata to learn new topics", "topics", created)
+	tick := time.NewTicker(metadataPoll)
+	defer tick.Stop()
+	for {
+		codes, err = c.d.topicCodes(c.wctx, c.d.transport, created, false)
+		if err == nil && !slices.ContainsFunc(created, func(t string) bool { return codes[t] != 0 }) {
+			return refused
+		}
+		select {
+		case <-c.wctx.Done():
+			return fail(created, c.wctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// topicCodes asks transport, as kafka-go's writer does, for the metadata of topics and
+// returns each topic's error code; a topic missing from the answer is unknown.
+func (d *Driver) topicCodes(ctx context.Context, transport *kafka.Transport, topics []string, autoCreate bool) (map[string]kafka.Error, error) {
+	r, err := transport.RoundTrip(ctx, d.addr, &metadata.Request{TopicNames: topics, AllowAutoTopicCreation: autoCreate})
+	if err != nil {
+		return nil, err
+	}
+	res, ok := r.(*metadata.Response)
+	if !ok {
+		return nil, fmt.Errorf("metadata request answered with %T", r)
+	}
+	codes := make(map[string]kafka.Error, len(topics))
+	for _, t := range topics {
+		codes[t] = kafka.UnknownTopicOrPartition
+	}
+	for _, t := range res.Topics {
+		codes[t.Name] = kafka.Error(t.ErrorCode)
+	}
+	return codes, nil
+}
+
+func topicError(code kafka.Error, autoCreate bool) error {
+	switch {
+	case code != kafka.UnknownTopicOrPartition:
+		return fmt.Errorf("topic metadata: %w", code)
+	case autoCreate:
+		return fmt.Errorf("the topic does not exist and the cluster did not create it (allow_auto_topic_creation is on; is auto.create.topics.enable off on the brokers?): %w", code)
+	}
+	return fmt.Errorf("the topic does not exist and auto-creation is off (allow_auto_topic_creation): %w", code)
+}
+
+func publishError(topic string, err error) error {
+	return fmt.Errorf("publish to %q: %w", topic, err)
+}
+
+func tooLarge(err error) bool {
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
+}
+
+// message is m as kafka-go writes it: the producer's headers in name order, then the
+// outbox id and stream, which replace any producer header of the same name.
+func message(m *router.Message, t *ticket) kafka.Message {
+	headers := make([]kafka.Header, 0, len(m.Headers)+2)
+	for _, name := range slices.Sorted(maps.Keys(m.Headers)) {
+		if name == router.HeaderID || name == router.HeaderStream {
+			continue
+		}
+		headers = append(headers, kafka.Header{Key: name, Value: []byte(m.Headers[name])})
+	}
+	headers = append(headers,
+		kafka.Header{Key: router.HeaderID, Value: strconv.AppendInt(nil, m.ID, 10)},
+		kafka.Header{Key: router.HeaderStream, Value: []byte(m.Stream)},
+	)
+	return kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Payload, Headers: headers, WriterData: t}
+}
+
+// requestSize is a message's size as kafka-go counts it against BatchBytes (its
+// Message.totalSize): fixed fields, key and value with 4-byte lengths, a timestamp, and
+// the headers with varint lengths. WriteMessages fails the whole call when one message
+// exceeds BatchBytes, so Publish must count exactly as kafka-go does.
+func requestSize(m *kafka.Message) int {
+	n := 4 + 1 + 1 + 4 + len(m.Key) + 4 + len(m.Value) + 8
+	n += varintLen(len(m.Headers))
+	for _, h := range m.Headers {
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
+	}
+	return n
+}
+
+// varintLen is the length of n as a zig-zag varint.
+func varintLen(n int) int {
+	u := uint64(n) << 1
+	size := 1
+	for u >= 0x80 {
+		u >>= 7
+		size++
+	}
+	return size
+}
+
+// acks records which messages of one Publish kafka-go has confirmed, so that a call
+// cut short by its context still reports those as published.
+type acks struct {
+	mu   sync.Mutex
+	done []bool
+}
+
+func (a *acks) confirmed(i int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.done[i]
+}
+
+// ticket travels with a message through kafka-go as its WriterData.
+type ticket struct {
+	acks *acks
+	i    int
+}
+
+// acknowledge is the writer's Completion hook, called once per partition batch.
+func acknowledge(msgs []kafka.Message, err error) {
+	if err != nil {
+		return
+	}
+	for i := range msgs {
+		if t, ok := msgs[i].WriterData.(*ticket); ok {
+			t.acks.mu.Lock()
+			t.acks.done[t.i] = true
+			t.acks.mu.Unlock()
+		}
+	}
+}

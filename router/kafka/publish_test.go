@@ -1,0 +1,588 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/router"
+)
+
+func TestEveryKeyLandsOnOnePartitionInOrder(t *testing.T) {
+	t.Parallel()
+	const partitions, keys, perCall, calls = 6, 30, 100, 3
+	k := testenv.NewKafka(t, partitions, "orders")
+	d := newDriver(t, testConfig(k.Addr()))
+
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "customer-" + strconv.Itoa(i)
+	}
+	all := numbered("orders", perCall*calls, names...)
+	for c := range calls { // the same keys across calls must keep their partition
+		for i, err := range d.Publish(testCtx(t), all[c*perCall:(c+1)*perCall]) {
+			if err != nil {
+				t.Fatalf("message %d: %v", c*perCall+i, err)
+			}
+		}
+	}
+
+	partitionOfKey := map[string]int{}
+	lastSeq := map[string]int{}
+	for p, msgs := range readTopic(t, k.Addr(), "orders", perCall*calls) {
+		for _, m := range msgs {
+			key := string(m.Key)
+			if q, seen := partitionOfKey[key]; seen && q != p {
+				t.Fatalf("key %s landed on partitions %d and %d", key, q, p)
+			}
+			partitionOfKey[key] = p
+			if want := partitionOf(key, partitions); p != want {
+				t.Fatalf("key %s landed on partition %d; murmur2 says %d", key, p, want)
+			}
+			seq, _ := strconv.Atoi(header(m, "seq"))
+			if last, seen := lastSeq[key]; seen && seq <= last {
+				t.Fatalf("key %s: message %d arrived after message %d", key, seq, last)
+			}
+			lastSeq[key] = seq
+		}
+	}
+	used := map[int]bool{}
+	for _, p := range partitionOfKey {
+		used[p] = true
+	}
+	if len(partitionOfKey) != keys || len(used) < 2 {
+		t.Fatalf("%d keys over %d partitions; want %d keys spread out", len(partitionOfKey), len(used), keys)
+	}
+}
+
+// refuseProduce makes the broker answer every produce request for which refuse returns
+// a non-zero code with that code, on every partition of the request, and counts them.
+func refuseProduce(c *kfake.Cluster, refuse func(topic string, partition int32, records []byte) int16) *atomic.Int32 {
+	var hits atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		pr := req.(*kmsg.ProduceRequest)
+		var code int16
+		for _, rt := range pr.Topics {
+			for _, rp := range rt.Partitions {
+				code = max(code, refuse(rt.Topic, rp.Partition, rp.Records))
+			}
+		}
+		if code == 0 {
+			return nil, nil, false // the broker handles it
+		}
+		c.KeepControl()
+		hits.Add(1)
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range pr.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	return &hits
+}
+
+func TestABrokerRefusalIsRetryableForTheMessagesOfThatPartitionOnly(t *testing.T) {
+	t.Parallel()
+	const partitions = 3
+	k := testenv.NewKafka(t, partitions, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	refused := int32(partitionOf("key-0", partitions))
+	hits := refuseProduce(k.Cluster(), func(topic string, p int32, _ []byte) int16 {
+		if p == refused {
+			return kerr.NotEnoughReplicas.Code
+		}
+		return 0
+	})
+
+	msgs := numbered("events", 30, "key-0", "key-1", "key-2", "key-3", "key-4", "key-5")
+	errs := d.Publish(testCtx(t), msgs)
+	delivered := 0
+	for i, err := range errs {
+		onRefused := partitionOf(string(msgs[i].Key), partitions) == int(refused)
+		switch {
+		case onRefused && (router.KindOf(err) != router.KindRetryable || !errors.Is(err, kafka.NotEnoughReplicas)):
+			t.Fatalf("message %d on the refusing partition: %v (%s), want retryable NOT_ENOUGH_REPLICAS", i, err, router.KindOf(err))
+		case !onRefused && err != nil:
+			t.Fatalf("message %d on a healthy partition: %v", i, err)
+		case !onRefused:
+			delivered++
+		}
+	}
+	if n := hits.Load(); n != writeAttempts {
+		t.Fatalf("the refusing partition saw %d produce requests, want %d (kafka-go's attempts)", n, writeAttempts)
+	}
+	if delivered == 0 || delivered == len(msgs) {
+		t.Fatalf("%d of %d messages avoided the refusing partition; the test needs some of each", delivered, len(msgs))
+	}
+	readTopic(t, k.Addr(), "events", delivered)
+}
+
+func TestABatchRefusedAsTooLargeIsResentSoOnlyTheCulpritFails(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 3, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	marker := []byte("this one is too large")
+	hits := refuseProduce(k.Cluster(), func(_ string, _ int32, records []byte) int16 {
+		if bytes.Contains(records, marker) {
+			return kerr.MessageTooLarge.Code
+		}
+		return 0
+	})
+
+	const bad = 7
+	msgs := numbered("events", 20, "same-key") // one partition, one request
+	msgs[bad].Payload = marker
+	errs := d.Publish(testCtx(t), msgs)
+	for i, err := range errs {
+		if i == bad {
+			if router.KindOf(err) != router.KindPermanent || !errors.Is(err, kafka.MessageSizeTooLarge) {
+				t.Fatalf("the culprit: %v (%s), want permanent MESSAGE_TOO_LARGE", err, router.KindOf(err))
+			}
+		} else if err != nil {
+			t.Fatalf("message %d, refused only for sharing a request with the culprit: %v", i, err)
+		}
+	}
+	if n := hits.Load(); n != 2 {
+		t.Fatalf("the broker refused %d requests, want 2 (the batch, then the culprit alone)", n)
+	}
+	assertDeliveredInOrder(t, k.Addr(), "events", len(msgs)-1, bad)
+}
+
+func TestATopicWithASmallerMessageLimitFailsOnlyTheMessageAboveIt(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 1)
+	createTopic(t, k.Addr(), "small", 1, kafka.ConfigEntry{ConfigName: "max.message.bytes", ConfigValue: "8192"})
+	d := newDriver(t, testConfig(k.Addr()))
+
+	const bad = 4
+	msgs := numbered("small", 12, "k")
+	for i := range msgs {
+		msgs[i].Payload = bytes.Repeat([]byte{'x'}, 500)
+	}
+	msgs[bad].Payload = bytes.Repeat([]byte{'y'}, 20_000) // under our limit, over the topic's
+	errs := d.Publish(testCtx(t), msgs)
+	for i, err := range errs {
+		if i == bad {
+			if router.KindOf(err) != router.KindPermanent || !errors.Is(err, kafka.MessageSizeTooLarge) {
+				t.Fatalf("the oversize message: %v (%s), want permanent MESSAGE_TOO_LARGE from the broker", err, router.KindOf(err))
+			}
+		} else if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	assertDeliveredInOrder(t, k.Addr(), "small", len(msgs)-1, bad)
+}
+
+func TestAMessageAboveTheRequestLimitFailsAloneWithoutBeingSent(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 3, "big")
+	d := newDriver(t, testConfig(k.Addr()))
+
+	const over, atLimit = 2, 3
+	msgs := numbered("big", 6, "a", "b", "c")
+	sized := func(i, size int) {
+		msgs[i].Payload = nil
+		base := requestSize(ptr(message(&msgs[i], nil)))
+		msgs[i].Payload = bytes.Repeat([]byte{'z'}, size-base)
+	}
+	sized(over, maxRequestBytes+1)
+	sized(atLimit, maxRequestBytes)
+
+	errs := d.Publish(testCtx(t), msgs)
+	for i, err := range errs {
+		if i == over {
+			if router.KindOf(err) != router.KindPermanent || !errors.Is(err, kafka.MessageSizeTooLarge) ||
+				!strings.Contains(err.Error(), strconv.Itoa(maxRequestBytes+1)) {
+				t.Fatalf("the message above the limit: %v (%s), want permanent and its size", err, router.KindOf(err))
+			}
+		} else if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	got := readTopic(t, k.Addr(), "big", len(msgs)-1)
+	for _, ms := range got {
+		for _, m := range ms {
+			if header(m, "seq") == strconv.Itoa(over) {
+				t.Fatal("the message above the limit was sent")
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// assertDeliveredInOrder checks that topic's single partition holds want messages in
+// seq order, none of them seq skip.
+func assertDeliveredInOrder(t *testing.T, addr, topic string, want, skip int) {
+	t.Helper()
+	last := -1
+	for _, ms := range readTopic(t, addr, topic, want) {
+		for _, m := range ms {
+			seq, _ := strconv.Atoi(header(m, "seq"))
+			if seq == skip || seq <= last {
+				t.Fatalf("message %d arrived after %d (refused: %d)", seq, last, skip)
+			}
+			last = seq
+		}
+	}
+}
+
+func TestAMissingTopicIsPermanentAndNamedWhileTheRestIsDelivered(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 3, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	msgs := numbered("events", 4, "a")
+	msgs[1].Topic = "no.such.topic"
+	errs := d.Publish(testCtx(t), msgs)
+	err := errs[1]
+	if router.KindOf(err) != router.KindPermanent || !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		t.Fatalf("publish to a missing topic: %v (%s), want permanent", err, router.KindOf(err))
+	}
+	for _, part := range []string{`"no.such.topic"`, "does not exist", "auto-creation is off"} {
+		if !strings.Contains(err.Error(), part) {
+			t.Fatalf("the error %q does not say %s", err, part)
+		}
+	}
+	for i, err := range errs {
+		if i != 1 && err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	readTopic(t, k.Addr(), "events", 3)
+}
+
+func TestATopicCreatedAfterTheDriverStartedIsPublishedTo(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 3, "first")
+	d := newDriver(t, testConfig(k.Addr()))
+	for _, err := range d.Publish(testCtx(t), numbered("first", 1, "a")) { // fills the metadata cache
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	createTopic(t, k.Addr(), "second", 3)
+	start := time.Now()
+	for i, err := range d.Publish(testCtx(t), numbered("second", 3, "a")) {
+		if err != nil {
+			t.Fatalf("message %d to a topic created after the cache was filled: %v", i, err)
+		}
+	}
+	t.Logf("the first publish to the new topic took %v (metadata TTL %v)", time.Since(start).Round(time.Millisecond), metadataTTL)
+	readTopic(t, k.Addr(), "second", 3)
+}
+
+func TestAutoCreationCreatesAMissingTopicWhenAllowed(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	cfg := testConfig(addr)
+	cfg.AllowAutoTopicCreation = true
+	d := newDriver(t, cfg)
+	for i, err := range d.Publish(testCtx(t), numbered("created.on.demand", 5, "a", "b")) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	readTopic(t, addr, "created.on.demand", 5)
+}
+
+func TestAStoppedBrokerIsUnreachableAndTheSameDriverPublishesOnceItIsBack(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 3, "events")
+	cfg := testConfig(k.Addr())
+	d := newDriver(t, cfg)
+	for _, err := range d.Publish(testCtx(t), numbered("events", 5, "a", "b")) { // connections and metadata in place
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	k.Stop()
+	start := time.Now()
+	errs := d.Publish(testCtx(t), numbered("events", 10, "a", "b", "c"))
+	elapsed := time.Since(start)
+	for i, err := range errs {
+		if router.KindOf(err) != router.KindUnreachable {
+			t.Fatalf("message %d to a stopped broker: %v (%s), want unreachable", i, err, router.KindOf(err))
+		}
+	}
+	t.Logf("stopped broker: %d messages unreachable after %v (write timeout %v); first error: %v",
+		len(errs), elapsed.Round(time.Millisecond), cfg.WriteTimeout, errs[0])
+	if elapsed > cfg.WriteTimeout/4 {
+		t.Fatalf("reporting a stopped broker took %v, want well under the write timeout %v", elapsed, cfg.WriteTimeout)
+	}
+
+	k.Start()
+	recovered, attempts := publishUntilDelivered(t, d, numbered("events", 10, "a", "b", "c"))
+	t.Logf("restarted broker: the same driver published again after %v and %d attempts", recovered.Round(time.Millisecond), attempts)
+	readTopic(t, k.Addr(), "events", 10) // the restarted broker starts empty
+}
+
+func TestADriverCreatedWhileTheBrokerIsDownStartsAndLaterPublishes(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 3, "events")
+	k.Stop()
+	start := time.Now()
+	d, err := New("down", testConfig(k.Addr()), quiet)
+	if err != nil {
+		t.Fatalf("New with the broker down: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	t.Logf("New returned after %v", time.Since(start))
+	for i, err := range d.Publish(testCtx(t), numbered("events", 3, "a")) {
+		if router.KindOf(err) != router.KindUnreachable {
+			t.Fatalf("message %d: %v (%s), want unreachable", i, err, router.KindOf(err))
+		}
+	}
+
+	k.Start()
+	recovered, attempts := publishUntilDelivered(t, d, numbered("events", 3, "a"))
+	t.Logf("broker started: the driver published after %v and %d attempts (metadata TTL %v)", recovered.Round(time.Millisecond), attempts, metadataTTL)
+	readTopic(t, k.Addr(), "events", 3)
+}
+
+// publishUntilDelivered publishes msgs until every one is confirmed, as the dispatcher
+// would while a broker comes back; until then every failure must be unreachable.
+func publishUntilDelivered(t *testing.T, d *Driver, msgs []router.Message) (time.Duration, int) {
+	t.Helper()
+	ctx := testCtx(t)
+	start := time.Now()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for attempt := 1; ; attempt++ {
+		errs := d.Publish(ctx, msgs)
+		failed := 0
+		for i, err := range errs {
+			if err != nil && router.KindOf(err) != router.KindUnreachable {
+				t.Fatalf("attempt %d, message %d: %v (%s), want unreachable while the broker returns", attempt, i, err, router.KindOf(err))
+			}
+			if err != nil {
+				failed++
+			}
+		}
+		if failed == 0 {
+			return time.Since(start), attempt
+		}
+		if failed != len(msgs) {
+			t.Fatalf("attempt %d confirmed some messages and not others", attempt)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the broker is back but publishing still fails: %v", errs[0])
+		case <-tick.C:
+		}
+	}
+}
+
+func TestCancellingMidWriteKeepsWhatWasConfirmedAndCancelsTheRest(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	k := testenv.NewKafka(t, partitions, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	fast, slow := "fast", "slow"
+	for partitionOf(fast, partitions) == partitionOf(slow, partitions) {
+		slow += "!"
+	}
+	slowPartition := int32(partitionOf(slow, partitions))
+
+	held, release := make(chan struct{}), make(chan struct{})
+	defer close(release) // before the driver's Close, which waits for the held batch
+	var holdOnce sync.Once
+	cluster := k.Cluster()
+	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.Partition == slowPartition {
+					holdOnce.Do(func() { close(held) })
+					cluster.SleepControl(func() { <-release })
+				}
+			}
+		}
+		cluster.KeepControl()
+		return nil, nil, false
+	})
+	fastDone := make(chan struct{})
+	var fastOnce sync.Once
+	d.writer.Completion = func(msgs []kafka.Message, err error) {
+		acknowledge(msgs, err)
+		if err == nil && msgs[0].Partition != int(slowPartition) {
+			fastOnce.Do(func() { close(fastDone) })
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	msgs := numbered("events", 6, fast, slow)
+	result := make(chan []error, 1)
+	go func() { result <- d.Publish(ctx, msgs) }()
+	<-held
+	<-fastDone
+	cancel()
+	cancelled := time.Now()
+	errs := <-result
+	t.Logf("Publish returned %v after its context was cancelled", time.Since(cancelled).Round(time.Microsecond))
+	for i, err := range errs {
+		if string(msgs[i].Key) == fast && err != nil {
+			t.Fatalf("confirmed message %d reported as %v", i, err)
+		}
+		if string(msgs[i].Key) == slow && (router.KindOf(err) != router.KindCanceled || !errors.Is(err, context.Canceled)) {
+			t.Fatalf("unconfirmed message %d: %v (%s), want canceled", i, err, router.KindOf(err))
+		}
+	}
+}
+
+func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *testing.T) {
+	t.Parallel()
+	m := router.Message{ID: 42, Stream: "orders", Topic: "t", Headers: map[string]string{
+		"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed",
+	}}
+	got := message(&m, nil).Headers
+	want := []kafka.Header{
+		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")},
+		{Key: router.HeaderID, Value: []byte("42")}, {Key: router.HeaderStream, Value: []byte("orders")},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("headers %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Key != want[i].Key || !bytes.Equal(got[i].Value, want[i].Value) {
+			t.Fatalf("header %d is %s=%s, want %s=%s", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+		}
+	}
+}
+
+func TestAMessageWithoutATopicFailsAlone(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 1, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	msgs := numbered("events", 3, "a")
+	msgs[0].Topic = ""
+	errs := d.Publish(testCtx(t), msgs)
+	if router.KindOf(errs[0]) != router.KindPermanent || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("results %v (%v)", kinds(errs), errs)
+	}
+}
+
+func TestOnePublishIsOneProduceRequestPerPartition(t *testing.T) {
+	t.Parallel()
+	const partitions = 3
+	k := testenv.NewKafka(t, partitions, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	var mu sync.Mutex
+	requests := map[int32]int{} // partition → produce requests
+	k.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				requests[rp.Partition]++
+			}
+		}
+		return nil, nil, false // only counting
+	})
+	keys := make([]string, 40)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	const calls = 5
+	for range calls {
+		for i, err := range d.Publish(testCtx(t), numbered("events", 200, keys...)) {
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(requests) != partitions {
+		t.Fatalf("requests per partition %v; want all %d partitions used", requests, partitions)
+	}
+	for p, n := range requests {
+		if n != calls {
+			t.Fatalf("partition %d got %d produce requests for %d publishes, want one each (all: %v)", p, n, calls, requests)
+		}
+	}
+}
+
+func TestABrokerThatNeverAnswersIsUnreachableBeforeTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan []net.Conn, 1)
+	go func() { // accept, then say nothing until the test ends
+		var conns []net.Conn
+		defer func() { accepted <- conns }()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, conn)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		for _, c := range <-accepted {
+			_ = c.Close()
+		}
+	})
+	cfg := testConfig(ln.Addr().String())
+	cfg.WriteTimeout = 2 * time.Second
+	d := newDriver(t, cfg)
+	start := time.Now()
+	errs := d.Publish(testCtx(t), numbered("events", 3, "a"))
+	elapsed := time.Since(start)
+	for i, err := range errs {
+		if router.KindOf(err) != router.KindUnreachable {
+			t.Fatalf("message %d: %v (%s), want unreachable", i, err, router.KindOf(err))
+		}
+	}
+	t.Logf("a silent broker was reported unreachable after %v (write timeout %v): %v", elapsed.Round(time.Millisecond), cfg.WriteTimeout, errs[0])
+	if elapsed >= cfg.WriteTimeout {
+		t.Fatalf("it took the whole write timeout")
+	}
+}
+
+func TestPublishingAfterCloseSendsNothingAndSaysTheDriverIsClosed(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 1, "events")
+	d := newDriver(t, testConfig(k.Addr()))
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range d.Publish(testCtx(t), numbered("events", 3, "a")) {
+		if !errors.Is(err, router.ErrClosed) || router.KindOf(err) != router.KindUnreachable {
+			t.Fatalf("message %d after close: %v (%s), want unreachable wrapping ErrClosed", i, err, router.KindOf(err))
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
