@@ -71,5 +71,6 @@ func KindOf(err error) Kind {
 	return KindRetryable
 }
 
-// ErrClosed is returned for every message published after Close.
+// ErrClosed is returned, classified unreachable, for every message published after
+// Close: the broker never saw the message, so it costs no attempt.
 var ErrClosed = errors.New("driver closed")

@@ -5,6 +5,7 @@ package routertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -223,8 +224,8 @@ func afterClose(t *testing.T, h *Harness) {
 		t.Fatalf("Publish returned %d results for 3 messages", len(errs))
 	}
 	for i, err := range errs {
-		if err == nil {
-			t.Fatalf("message %d reported as published after close", i)
+		if !errors.Is(err, router.ErrClosed) || router.KindOf(err) != router.KindUnreachable {
+			t.Fatalf("message %d published after close: %v (%s); want unreachable router.ErrClosed", i, err, router.KindOf(err))
 		}
 	}
 }
