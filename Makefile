@@ -18,10 +18,13 @@ export PKGS
 # The .go files gofmt looks at: tracked and untracked-but-not-ignored ones that exist.
 GOFILES = $(filter-out %/testdata/% testdata/% vendor/%,$(wildcard $(shell git ls-files --cached --others --exclude-standard -- '*.go' 2>/dev/null)))
 
-.PHONY: help test vet fmt build bench pg-env clean
+.PHONY: help demo test vet fmt build bench pg-env clean
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+demo: ## Produce, dispatch and consume 100,000 messages via embedded NATS JetStream (ARGS= for outboxd demo)
+	bash scripts/demo.sh $(ARGS)
 
 test: ## Full check: PostgreSQL ensured, gofmt, go vet, go test -race (PKGS=, ARGS= go test's)
 	bash scripts/test.sh $(ARGS)

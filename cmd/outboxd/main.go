@@ -28,6 +28,10 @@ Usage:
   outboxd <command> [flags]
 
 Commands:
+  run [--migrate]            deliver every stream's messages until SIGTERM or SIGINT
+  demo [--messages N] [--json]
+                             produce, dispatch and consume N messages through an
+                             embedded NATS JetStream, then show what arrived
   migrate up                 apply every pending schema migration
   migrate down (N | --all)   revert N migrations, or all of them
   migrate version            print the applied and the expected schema version
@@ -57,7 +61,7 @@ func main() {
 
 // run executes one command and returns the process exit status.
 func run(ctx context.Context, e env) int {
-	err := dispatch(ctx, e)
+	err := runCommand(ctx, e)
 	var ue usageError
 	switch {
 	case err == nil:
@@ -71,13 +75,17 @@ func run(ctx context.Context, e env) int {
 	}
 }
 
-func dispatch(ctx context.Context, e env) error {
+func runCommand(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
 		return usageError{"no command given"}
 	}
 	cmd, rest := e.args[0], e.args[1:]
 	e.args = rest
 	switch cmd {
+	case "run":
+		return runCmd(ctx, e)
+	case "demo":
+		return demoCmd(ctx, e)
 	case "migrate":
 		return migrateCmd(ctx, e)
 	case "config":

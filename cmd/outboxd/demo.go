@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/table"
+)
+
+// demoTable is where the demo writes: a schema of its own, dropped and recreated at
+// every start, so the demo never touches an application's outbox.
+var demoTable = table.Name{Schema: "outboxd_demo", Table: "messages"}
+
+const demoSubjectPrefix = "demo."
+
+// demoSummary is the demo's result; --json prints exactly these fields.
+type demoSummary struct {
+	Produced     int64   `json:"produced"`
+	Committed    int64   `json:"committed"`
+	RolledBack   int64   `json:"rolled_back"`
+	Delivered    int64   `json:"delivered"`
+	Duplicates   int64   `json:"duplicates"`
+	Lost         int64   `json:"lost"`
+	Phantoms     int64   `json:"phantoms"`
+	MsgsPerSec   float64 `json:"msgs_per_sec"`
+	LatencyP50Ms float64 `json:"latency_p50_ms"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+	Seconds      float64 `json:"seconds"`
+}
+
+func demoCmd(ctx context.Context, e env) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	messages := fs.Int("messages", 100000, "messages to produce")
+	producers := fs.Int("producers", 8, "concurrent producer goroutines, each committing transactions")
+	perTx := fs.Int("batch", 50, "messages per producer transaction")
+	rollbackEvery := fs.Int("rollback-every", 10, "roll back every Nth transaction on purpose (0: never)")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for delivery after this long")
+	if err := parseFlags(fs, e.args); err != nil {
+		return err
+	}
+	switch {
+	case *messages < 1:
+		return usageError{"demo: --messages must be at least 1"}
+	case *producers < 1 || *perTx < 1 || *rollbackEvery < 0:
+		return usageError{"demo: --producers and --batch must be at least 1, --rollback-every at least 0"}
+	}
+
+	cfg := config.Default()
+	if dsn := lookupEnv(e.environ, "OUTBOXD_DATABASE_URL"); dsn != "" {
+		cfg.DatabaseURL = dsn
+	}
+	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if !*asJSON {
+		logger = newLogger(config.Log{Level: "warn", Format: "text"}, e.stderr)
+	}
+
+	// An embedded NATS server with JetStream, and a stream capturing the demo subjects.
+	storeDir, err := os.MkdirTemp("", "outboxd-demo-nats-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(storeDir)
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
+		JetStream: true, StoreDir: storeDir, NoLog: true, NoSigs: true})
+	if err != nil {
+		return fmt.Errorf("demo: start embedded NATS: %w", err)
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("demo: embedded NATS did not start within 10s")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		return fmt.Errorf("demo: connect to embedded NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	jsStream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOXD_DEMO", Subjects: []string{demoSubjectPrefix + ">"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return fmt.Errorf("demo: create JetStream stream: %w", err)
+	}
+
+	// A fresh demo table.
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("demo: database_url: %w", err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+table.Quote(demoTable.Schema)+" CASCADE"); err != nil {
+		return fmt.Errorf("demo: connect to database %s: %w", config.RedactDSN(cfg.DatabaseURL), err)
+	}
+	cfg.Schema, cfg.TableName = demoTable.Schema, demoTable.Table
+	drv := config.DefaultDriver(config.TypeJetStream)
+	drv.URL = ns.ClientURL()
+	cfg.Drivers = map[string]config.Driver{"jetstream": drv}
+	stream := config.DefaultStream()
+	stream.Driver, stream.TopicPrefix = "jetstream", demoSubjectPrefix
+	stream.BatchSize = 500
+	cfg.Streams = map[string]config.Stream{"demo": stream}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	run := &demoRun{committedAt: map[string]time.Time{}, rolledBack: map[string]bool{}, confirmedAt: map[string]time.Time{}, received: map[string]int{}}
+	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{migrate: true, wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
+		return &timedPublisher{next: p, run: run}
+	}})
+	if err != nil {
+		return err
+	}
+	runCtx, stopDispatcher := context.WithCancel(ctx)
+	dispatched := make(chan error, 1)
+	go func() { dispatched <- d.run(runCtx) }()
+
+	// The consumer: every message the stream stored, counted by its de-duplication id.
+	cons, err := jsStream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		stopDispatcher()
+		return err
+	}
+	consumed, err := cons.Consume(func(m jetstream.Msg) { run.receive(m.Headers().Get(natsgo.MsgIdHdr)) })
+	if err != nil {
+		stopDispatcher()
+		return err
+	}
+	defer consumed.Stop()
+
+	start := time.Now()
+	writer, err := producer.New(demoTable)
+	if err != nil {
+		stopDispatcher()
+		return err
+	}
+	produceErr := make(chan error, 1)
+	go func() { produceErr <- run.produce(ctx, pool, writer, *messages, *producers, *perTx, *rollbackEvery) }()
+
+	// Progress until everything committed has arrived, or the timeout.
+	deadline := time.After(*timeout)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	produced := false
+	var failure error
+wait:
+	for {
+		select {
+		case err := <-produceErr:
+			produced = true
+			if err != nil {
+				failure = err
+				break wait
+			}
+		case <-tick.C:
+			if !*asJSON {
+				run.progress(e.stderr, time.Since(start))
+			}
+		case <-deadline:
+			failure = fmt.Errorf("demo: not every committed message arrived within %s", *timeout)
+			break wait
+		case <-ctx.Done():
+			failure = ctx.Err()
+			break wait
+		}
+		if produced && run.allArrived() {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	stopDispatcher()
+	if err := <-dispatched; err != nil && failure == nil {
+		failure = err
+	}
+	sum := run.summary(elapsed)
+	if *asJSON {
+		out, _ := json.Marshal(sum)
+		fmt.Fprintln(e.stdout, string(out))
+	} else {
+		fmt.Fprint(e.stderr, "\r\033[K")
+		printSummary(e.stdout, sum)
+	}
+	if failure != nil {
+		return failure
+	}
+	if sum.Lost > 0 || sum.Phantoms > 0 {
+		return fmt.Errorf("demo: %d committed messages lost, %d rolled-back messages delivered", sum.Lost, sum.Phantoms)
+	}
+	return nil
+}
+
+// demoRun is the demo's bookkeeping, keyed by each message's producer-assigned id.
+type demoRun struct {
+	mu          sync.Mutex
+	committedAt map[string]time.Time
+	rolledBack  map[string]bool
+	confirmedAt map[string]time.Time
+	received    map[string]int
+	produced    atomic.Int64
+	committed   atomic.Int64
+	arrived     atomic.Int64 // distinct committed ids received
+}
+
+// produce writes n messages from several goroutines, each in transactions of perTx,
+// rolling back every rollbackEvery-th transaction.
+func (r *demoRun) produce(ctx context.Context, pool *pgxpool.Pool, w *producer.Writer, n, workers, perTx, rollbackEvery int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for p := 0; p < workers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for txn := 1; ; txn++ {
+				first := next.Add(int64(perTx)) - int64(perTx)
+				if first >= int64(n) {
+					return
+				}
+				count := min(int64(perTx), int64(n)-first)
+				msgs := make([]producer.Message, count)
+				ids := make([]string, count)
+				for i := range msgs {
+					ids[i] = "demo-" + strconv.FormatInt(first+int64(i), 10)
+					msgs[i] = producer.Message{Stream: "demo", Topic: "orders", Key: strconv.FormatInt((first+int64(i))%100, 10),
+						Headers: map[string]string{"content-type": "application/json"}, MessageID: ids[i],
+						Payload: []byte(`{"order":` + strconv.FormatInt(first+int64(i), 10) + `,"state":"paid"}`)}
+				}
+				rollback := rollbackEvery > 0 && (first/int64(perTx))%int64(rollbackEvery) == int64(rollbackEvery-1)
+				if err := r.transaction(ctx, pool, w, msgs, ids, rollback); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (r *demoRun) transaction(ctx context.Context, pool *pgxpool.Pool, w *producer.Writer, msgs []producer.Message, ids []string, rollback bool) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("demo producer: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := w.EnqueueBatch(ctx, tx, msgs); err != nil {
+		return fmt.Errorf("demo producer: %w", err)
+	}
+	r.produced.Add(int64(len(msgs)))
+	if rollback {
+		r.mu.Lock()
+		for _, id := range ids {
+			r.rolledBack[id] = true
+		}
+		r.mu.Unlock()
+		return tx.Rollback(ctx)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("demo producer: commit: %w", err)
+	}
+	now := time.Now()
+	r.mu.Lock()
+	for _, id := range ids {
+		r.committedAt[id] = now
+	}
+	r.mu.Unlock()
+	r.committed.Add(int64(len(msgs)))
+	return nil
+}
+
+func (r *demoRun) receive(id string) {
+	r.mu.Lock()
+	r.received[id]++
+	first := r.received[id] == 1 && !r.rolledBack[id]
+	r.mu.Unlock()
+	if first {
+		r.arrived.Add(1)
+	}
+}
+
+func (r *demoRun) allArrived() bool { return r.arrived.Load() >= r.committed.Load() }
+
+func (r *demoRun) progress(w io.Writer, elapsed time.Duration) {
+	arrived := r.arrived.Load()
+	fmt.Fprintf(w, "\r\033[Kproduced %d  committed %d  delivered %d  %.0f msg/s  %s",
+		r.produced.Load(), r.committed.Load(), arrived, float64(arrived)/elapsed.Seconds(), elapsed.Truncate(100*time.Millisecond))
+}
+
+func (r *demoRun) summary(elapsed time.Duration) demoSummary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := demoSummary{Produced: r.produced.Load(), Committed: int64(len(r.committedAt)), RolledBack: int64(len(r.rolledBack)), Seconds: elapsed.Seconds()}
+	var lat []time.Duration
+	for id, n := range r.received {
+		if r.rolledBack[id] {
+			s.Phantoms++
+			continue
+		}
+		s.Delivered++
+		s.Duplicates += int64(n - 1)
+	}
+	for id, at := range r.committedAt {
+		if c, ok := r.confirmedAt[id]; ok {
+			lat = append(lat, c.Sub(at))
+		}
+	}
+	s.Lost = s.Committed - s.Delivered
+	s.MsgsPerSec = float64(s.Delivered) / elapsed.Seconds()
+	slices.Sort(lat)
+	s.LatencyP50Ms, s.LatencyP99Ms = percentileMs(lat, 0.50), percentileMs(lat, 0.99)
+	return s
+}
+
+func percentileMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
+}
+
+func printSummary(w io.Writer, s demoSummary) {
+	fmt.Fprintf(w, `outboxd demo: embedded NATS JetStream, PostgreSQL table %s
+
+  produced      %d (in transactions; %d rolled back on purpose)
+  committed     %d
+  delivered     %d
+  duplicates    %d
+  lost          %d
+  phantoms      %d (rolled-back messages that arrived; must be 0)
+  throughput    %.0f msg/s over %.1fs
+  commit→ack    p50 %.1f ms, p99 %.1f ms (commit returned → JetStream PubAck)
+
+Inspect the table:
+  psql "$OUTBOXD_DATABASE_URL" -c 'SELECT * FROM %s'
+`, demoTable, s.Produced, s.RolledBack, s.Committed, s.Delivered, s.Duplicates, s.Lost, s.Phantoms,
+		s.MsgsPerSec, s.Seconds, s.LatencyP50Ms, s.LatencyP99Ms, demoTable.Schema+"."+demoTable.Table+"_stats")
+}
+
+// timedPublisher records when the broker confirmed each message.
+type timedPublisher struct {
+	next dispatch.Publisher
+	run  *demoRun
+}
+
+func (t *timedPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
+	errs := t.next.Publish(ctx, msgs)
+	now := time.Now()
+	t.run.mu.Lock()
+	for i, err := range errs {
+		if _, seen := t.run.confirmedAt[msgs[i].MessageID]; err == nil && !seen {
+			t.run.confirmedAt[msgs[i].MessageID] = now
+		}
+	}
+	t.run.mu.Unlock()
+	return errs
+}
+
+func lookupEnv(environ []string, key string) string {
+	for _, kv := range environ {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			return kv[len(key)+1:]
+		}
+	}
+	return ""
+}

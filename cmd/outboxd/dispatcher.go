@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
+	"github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/store"
+)
+
+// dispatcher is everything `outboxd run` starts: the pool, the router with its
+// drivers, one pipeline per stream and the listener.
+type dispatcher struct {
+	pool      *pgxpool.Pool
+	store     *store.Store
+	router    *router.Router
+	pipelines []*dispatch.Pipeline
+	listener  *dispatch.Listener
+	log       *slog.Logger
+}
+
+// dispatcherOptions adjust a dispatcher for callers other than `run` (demo, tests).
+type dispatcherOptions struct {
+	migrate bool
+	emit    dispatch.Emitter
+	// wrap, when set, wraps each stream's publisher (the demo times confirmations).
+	wrap func(stream string, p dispatch.Publisher) dispatch.Publisher
+}
+
+// newDispatcher builds a dispatcher from a validated configuration. A broker that is
+// down does not stop it: drivers connect in the background and only the streams routed
+// to a missing broker wait.
+func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger, opt dispatcherOptions) (_ *dispatcher, err error) {
+	if err := cfg.RequireStreams(); err != nil {
+		return nil, err
+	}
+	n := cfg.Table()
+	if opt.migrate {
+		if err := migrations.Up(ctx, cfg.DatabaseURL, n); err != nil {
+			return nil, err
+		}
+	}
+
+	d := &dispatcher{log: logger}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	poolConfig, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	conns := int32(4)
+	for _, s := range cfg.Streams {
+		conns += int32(s.Concurrency) + 1
+	}
+	poolConfig.MaxConns = max(poolConfig.MaxConns, conns)
+	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if d.store, err = store.New(d.pool, n); err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, d.store); err != nil {
+		return nil, err
+	}
+
+	drivers := map[string]router.Driver{}
+	for _, name := range sortedKeys(cfg.Drivers) {
+		drv, err := newDriver(name, cfg.Drivers[name], logger.With("driver", name))
+		if err != nil {
+			for _, open := range drivers {
+				_ = open.Close()
+			}
+			return nil, err
+		}
+		drivers[name] = drv
+	}
+	var routes []router.Route
+	for _, stream := range sortedKeys(cfg.Streams) {
+		s := cfg.Streams[stream]
+		routes = append(routes, router.Route{Stream: stream, DriverName: s.Driver, Driver: drivers[s.Driver], TopicPrefix: s.TopicPrefix})
+	}
+	if d.router, err = router.New(routes...); err != nil {
+		for _, open := range drivers {
+			_ = open.Close()
+		}
+		return nil, err
+	}
+
+	var wakers []dispatch.Waker
+	for _, stream := range d.router.Streams() {
+		s := cfg.Streams[stream]
+		rp, err := d.router.Publisher(stream)
+		if err != nil {
+			return nil, err
+		}
+		var pub dispatch.Publisher = rp
+		if opt.wrap != nil {
+			pub = opt.wrap(stream, pub)
+		}
+		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.store, pub, opt.emit,
+			logger.With("driver", s.Driver))
+		if err != nil {
+			return nil, err
+		}
+		d.pipelines = append(d.pipelines, p)
+		wakers = append(wakers, p)
+	}
+	listenConfig, err := pgx.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	d.listener = dispatch.NewListener(listenConfig, n, wakers, opt.emit, logger)
+	return d, nil
+}
+
+// pipelineConfig maps a stream's settings onto its pipeline.
+func pipelineConfig(name string, s config.Stream, replica string) dispatch.PipelineConfig {
+	return dispatch.PipelineConfig{
+		Stream: name, Owner: replica, TopicPrefix: s.TopicPrefix,
+		BatchSize: s.BatchSize, Concurrency: s.Concurrency, PollInterval: s.PollInterval,
+		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
+		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,
+		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer,
+	}
+}
+
+func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver, error) {
+	switch d.Type {
+	case config.TypeKafka:
+		return kafka.New(name, d, logger)
+	case config.TypeNATS:
+		return nats.New(name, d, logger)
+	case config.TypeJetStream:
+		return jetstream.New(name, d, logger)
+	}
+	return nil, fmt.Errorf("drivers.%s.type: unknown driver type %q", name, d.Type)
+}
+
+// checkSchema refuses to start on a schema this build does not expect, naming the fix.
+func checkSchema(ctx context.Context, st *store.Store) error {
+	v, dirty, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	want := migrations.Latest()
+	switch {
+	case dirty:
+		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way); repair it before starting", st.Table(), v)
+	case v != uint(want):
+		return fmt.Errorf("%s: schema is at version %d, this build needs %d: run `outboxd migrate up` or start with --migrate", st.Table(), v, want)
+	}
+	return nil
+}
+
+// run drains every stream until ctx ends, then stops in two phases (pipelines first,
+// then the listener) and closes drivers and pool.
+func (d *dispatcher) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	listenCtx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopListener()
+	listenerDone := make(chan struct{})
+	go func() {
+		defer close(listenerDone)
+		_ = d.listener.Run(listenCtx)
+	}()
+	for _, p := range d.pipelines {
+		g.Go(func() error { return p.Run(gctx) })
+	}
+	err := g.Wait()
+	stopListener()
+	<-listenerDone
+	return errors.Join(err, d.close())
+}
+
+func (d *dispatcher) close() error {
+	var err error
+	if d.router != nil {
+		err = d.router.Close()
+		d.router = nil
+	}
+	if d.pool != nil {
+		d.pool.Close()
+		d.pool = nil
+	}
+	return err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
