@@ -6,6 +6,7 @@ import "github.com/outboxd/outboxd/table"
 // validated and quoted by package table; every value is a parameter.
 type statements struct {
 	claim, ack, release, retry, deferral, fail string
+	versionTableExists, schemaVersion          string
 }
 
 func newStatements(n table.Name) statements {
@@ -16,6 +17,10 @@ func newStatements(n table.Name) statements {
 		retry:    render(retrySQL, n),
 		deferral: render(deferSQL, n),
 		fail:     render(failSQL, n),
+
+		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
+		schemaVersion: `SELECT version, dirty FROM ` + table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable()) +
+			` LIMIT 1`,
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/table"
@@ -281,4 +282,25 @@ func errorText(s string) string {
 		s = s[:cut]
 	}
 	return s
+}
+
+// SchemaVersion reads the migration version golang-migrate recorded for this table:
+// 0 when no migration ran. It only reads, so a role without DDL rights can check it.
+func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, s.sql.versionTableExists, s.table.Schema, s.table.MigrationsTable()).Scan(&exists); err != nil {
+		return 0, false, fmt.Errorf("read schema version of %s: %w", s.table, err)
+	}
+	if !exists {
+		return 0, false, nil
+	}
+	var v int64
+	err = s.pool.QueryRow(ctx, s.sql.schemaVersion).Scan(&v, &dirty)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read schema version of %s: %w", s.table, err)
+	}
+	return uint(v), dirty, nil
 }

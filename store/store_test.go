@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/table"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -434,5 +436,21 @@ func TestClaimRefusesNonsenseArguments(t *testing.T) {
 	bad.Table = "x; drop table y"
 	if _, err := store.New(f.pg.Pool, bad); err == nil {
 		t.Fatal("store accepted an injected table name")
+	}
+}
+
+func TestSchemaVersionReadsWhatMigrationsRecorded(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	v, dirty, err := f.store.SchemaVersion(f.ctx)
+	if err != nil || v != migrations.Latest() || dirty {
+		t.Fatalf("migrated table: version %d dirty %v err %v; want %d", v, dirty, err, migrations.Latest())
+	}
+	other, err := store.New(f.pg.Pool, table.Name{Schema: f.pg.Table.Schema, Table: "never_migrated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := other.SchemaVersion(f.ctx); err != nil || v != 0 {
+		t.Fatalf("unmigrated table: version %d err %v; want 0", v, err)
 	}
 }

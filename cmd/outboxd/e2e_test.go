@@ -387,4 +387,3 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
-
