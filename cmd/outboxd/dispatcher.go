@@ -81,7 +81,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 
 	drivers := map[string]router.Driver{}
 	for _, name := range sortedKeys(cfg.Drivers) {
-		drv, err := newDriver(name, cfg.Drivers[name], logger.With("driver", name))
+		drv, err := newDriver(name, cfg.Drivers[name], logger) // each driver adds its name
 		if err != nil {
 			for _, open := range drivers {
 				_ = open.Close()

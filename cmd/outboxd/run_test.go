@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// syncBuffer is a log sink safe for the dispatcher's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.EmptyDatabase(t)
+	js := testenv.NewNATS(t)
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=" + strings.Replace(dsn, "postgres@", "postgres:db-secret-93b1@", 1),
+		"OUTBOXD_DRIVERS__BUS__TYPE=nats",
+		"OUTBOXD_DRIVERS__BUS__URL=" + js.URL(),
+		"OUTBOXD_DRIVERS__BUS__TOKEN=nats-secret-7a2c",
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=bus",
+		"OUTBOXD_STREAMS__ORDERS__POLL_INTERVAL=50ms",
+		"OUTBOXD_REPLICA_ID=run-test",
+	}
+	// Without --migrate, a fresh database is refused with the fix named.
+	code, _, errOut := outboxd(t, environ, "run")
+	if code != 1 || !strings.Contains(errOut, "run `outboxd migrate up` or start with --migrate") {
+		t.Fatalf("run on an unmigrated table: exit %d, %q", code, errOut)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, env{args: []string{"run", "--migrate"}, environ: environ, stdout: &stderr, stderr: &stderr})
+	}()
+	conn := testenv.Connect(t, dsn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// The table appears once run has migrated; then a row goes through.
+		_, err := conn.Exec(context.Background(), `INSERT INTO outbox.messages (stream, topic, payload) VALUES ('orders', 'created', 'x')`)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox table never appeared: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		var delivered int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM outbox.messages WHERE status = 'delivered' AND owner = 'run-test'`).Scan(&delivered); err != nil {
+			t.Fatal(err)
+		}
+		if delivered == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("row not delivered by outboxd run\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel() // SIGTERM
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("run exited %d\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30s of its signal")
+	}
+
+	logs := stderr.String()
+	for _, secret := range []string{"db-secret-93b1", "nats-secret-7a2c"} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("a secret reached the logs:\n%s", logs)
+		}
+	}
+	first, err := bufio.NewReader(strings.NewReader(logs)).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line struct {
+		Msg    string         `json:"msg"`
+		Config map[string]any `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(first), &line); err != nil || line.Msg != "outboxd starting" || line.Config["replica_id"] != "run-test" {
+		t.Fatalf("first log line is not the JSON start-up line with the configuration: %q (%v)", first, err)
+	}
+	if n := strings.Count(logs, "\n"); n > 20 {
+		t.Fatalf("%d log lines for one message: outboxd must not log per message\n%s", n, logs)
+	}
+}
