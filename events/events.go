@@ -62,7 +62,94 @@ type ListenerState struct {
 	Err       error // why the connection was lost or could not be made
 }
 
+// MessageFailed reports one message that failed for good (permanent refusal, attempts
+// or max_defer exhausted). Failures are rare, so this is the one per-message event; it
+// carries what the dead-letter forwarder republishes. Payload and Headers are shared
+// with the pipeline's batch and must not be modified.
+type MessageFailed struct {
+	Stream   string
+	ID       int64
+	Topic    string // the row's topic, before the stream's prefix
+	Key      []byte
+	Headers  map[string]string
+	Payload  []byte
+	Attempts int    // attempts spent, this one included
+	Reason   string // "permanent", "attempts_exhausted" or "max_defer"
+	Err      string // the text stored in last_error
+}
+
+// LeasesReclaimed reports expired leases handed back to pending by the janitor.
+type LeasesReclaimed struct {
+	Count int
+	// Overdue lists, per reclaimed row, how long its lease had been expired.
+	Overdue []time.Duration
+}
+
+// Backlog is one stream's state, sampled by every replica.
+type Backlog struct {
+	Stream           string
+	Pending          int64
+	Leased           int64
+	Failed           int64
+	Deferred         int64 // pending rows whose broker was unreachable
+	OldestPendingAge time.Duration
+}
+
+// RetentionSwept reports one purge of delivered rows past retention.
+type RetentionSwept struct {
+	Deleted  int64
+	Chunks   int
+	Duration time.Duration
+}
+
+// PartitionChanged reports a partition created or dropped by the janitor.
+type PartitionChanged struct {
+	Partition string
+	Created   bool // false: dropped
+}
+
+// DefaultPartitionRows reports rows that landed in the default partition (outside
+// every range partition).
+type DefaultPartitionRows struct {
+	Rows int64
+}
+
+// JanitorCycle reports one janitor cycle; Skipped when another replica held the lock.
+type JanitorCycle struct {
+	Skipped  bool
+	Duration time.Duration
+	Err      error
+}
+
+// DeadLetterResult is the outcome of forwarding one failed message.
+type DeadLetterResult string
+
+// Dead-letter results.
+const (
+	DeadLetterForwardedOK DeadLetterResult = "forwarded"
+	DeadLetterRetried     DeadLetterResult = "retried" // a forwarding attempt failed; it will be tried again
+	DeadLetterGaveUp      DeadLetterResult = "gave_up" // forwarding abandoned (shutdown or too many attempts)
+	DeadLetterDropped     DeadLetterResult = "dropped" // the forwarder's queue was full
+)
+
+// DeadLetterForwarded reports one dead-letter forwarding outcome.
+type DeadLetterForwarded struct {
+	Stream string
+	ID     int64
+	Result DeadLetterResult
+	Err    error
+}
+
 func (Iteration) event()      {}
 func (ClaimFailed) event()    {}
 func (BreakerChanged) event() {}
 func (ListenerState) event()  {}
+
+func (MessageFailed) event()        {}
+func (LeasesReclaimed) event()      {}
+func (Backlog) event()              {}
+func (RetentionSwept) event()       {}
+func (PartitionChanged) event()     {}
+func (DefaultPartitionRows) event() {}
+func (JanitorCycle) event()         {}
+func (DeadLetterForwarded) event()  {}
