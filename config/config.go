@@ -126,6 +126,8 @@ type Janitor struct {
 	Retention  time.Duration `yaml:"retention"`
 	PurgeBatch int           `yaml:"purge_batch"`
 	Partitions Partitions    `yaml:"partitions"`
+	// StatsInterval is how often every replica samples the backlog (no lock needed).
+	StatsInterval time.Duration `yaml:"stats_interval"`
 }
 
 // Partitions configures time-partitioned outbox tables.
@@ -158,11 +160,12 @@ func Default() Config {
 		ReplicaID:   defaultReplicaID(),
 		Log:         Log{Level: "info", Format: "json"},
 		Janitor: Janitor{
-			Interval:     30 * time.Second,
-			ReclaimBatch: 1000,
-			Retention:    24 * time.Hour,
-			PurgeBatch:   5000,
-			Partitions:   Partitions{Interval: 24 * time.Hour, Ahead: 3},
+			Interval:      30 * time.Second,
+			ReclaimBatch:  1000,
+			Retention:     24 * time.Hour,
+			PurgeBatch:    5000,
+			Partitions:    Partitions{Interval: 24 * time.Hour, Ahead: 3},
+			StatsInterval: 10 * time.Second,
 		},
 		HTTP:    HTTP{Addr: "127.0.0.1:9600"},
 		Tracing: Tracing{SampleRatio: 1, ServiceName: "outboxd"},

@@ -322,6 +322,7 @@ func (v *checker) janitor(key string, j Janitor) {
 		v.add(k("partitions.interval"), "must be at least 1h, got %s", formatDuration(j.Partitions.Interval))
 	}
 	v.intRange(k("partitions.ahead"), j.Partitions.Ahead, 1, 365)
+	v.positive(k("stats_interval"), j.StatsInterval)
 }
 
 func (v *checker) http(key string, h HTTP) {

@@ -7,6 +7,7 @@ import "github.com/outboxd/outboxd/table"
 type statements struct {
 	claim, ack, release, retry, deferral, fail string
 	versionTableExists, schemaVersion          string
+	reclaim, purge, backlog                    string
 }
 
 func newStatements(n table.Name) statements {
@@ -17,6 +18,9 @@ func newStatements(n table.Name) statements {
 		retry:    render(retrySQL, n),
 		deferral: render(deferSQL, n),
 		fail:     render(failSQL, n),
+		reclaim:  render(reclaimSQL, n),
+		purge:    render(purgeSQL, n),
+		backlog:  render(backlogSQL, n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
 		schemaVersion: `SELECT version, dirty FROM ` + table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable()) +
@@ -113,3 +117,49 @@ SET status = 'failed', attempts = m.attempts + w.spent, last_error = w.err,
     lease_token = NULL, lease_until = NULL, deferred_since = NULL
 FROM unnest($1::bigint[], $3::integer[], $4::text[]) AS w(id, spent, err)
 WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+
+// reclaimSQL hands expired leases back. Concurrency: SKIP LOCKED passes over rows whose
+// write-back is in progress; the cleared token makes any later write-back of the old
+// claim match nothing. The old expiry is read in the CTE because RETURNING sees the new
+// row. Parameters: $1 limit. Returns microseconds each lease was overdue.
+const reclaimSQL = `
+WITH expired AS (
+    SELECT id, lease_until FROM {{table}}
+    WHERE status = 'leased' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{table}} AS m
+SET status = 'pending', lease_token = NULL, lease_until = NULL
+FROM expired
+WHERE m.id = expired.id
+RETURNING (extract(epoch FROM now() - expired.lease_until) * 1000000)::bigint`
+
+// purgeSQL deletes one chunk of delivered rows past retention, oldest first, walking the
+// delivered index. Concurrency: only delivered rows match, and nothing moves a row out
+// of delivered; SKIP LOCKED keeps two purgers (a janitor whose lock connection died and
+// its successor) from waiting on each other. Parameters: $1 retention ms, $2 limit.
+const purgeSQL = `
+WITH doomed AS (
+    SELECT id FROM {{table}}
+    WHERE status = 'delivered' AND published_at < now() - $1 * interval '1 millisecond'
+    ORDER BY published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {{table}} AS m
+USING doomed
+WHERE m.id = doomed.id`
+
+// backlogSQL samples the named streams, each count from its partial index (claim,
+// lease, failed, deferred, undelivered). It takes no locks. Parameters: $1 streams.
+const backlogSQL = `
+SELECT s.stream,
+       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending'),
+       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'leased'),
+       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'failed'),
+       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending' AND deferred_since IS NOT NULL),
+       (SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
+          FROM {{table}} WHERE stream = s.stream AND status IN ('pending', 'leased'))
+FROM unnest($1::text[]) AS s(stream)`

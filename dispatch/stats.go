@@ -1,0 +1,79 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/store"
+)
+
+// BacklogStore is what the sampler needs from the database.
+type BacklogStore interface {
+	Backlogs(ctx context.Context, streams []string) ([]store.Backlog, error)
+}
+
+var _ BacklogStore = (*store.Store)(nil)
+
+// Sampler reports each stream's backlog on every replica, without any lock: a gauge that
+// only one replica sampled would read zero on all the others.
+type Sampler struct {
+	streams  []string
+	interval time.Duration
+	store    BacklogStore
+	emit     Emitter
+	log      *slog.Logger
+}
+
+// NewSampler builds a sampler of streams every interval.
+func NewSampler(streams []string, interval time.Duration, st BacklogStore, emit Emitter, logger *slog.Logger) *Sampler {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	if emit == nil {
+		emit = discardEmitter{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sampler{streams: streams, interval: interval, store: st, emit: emit, log: logger.With("component", "sampler")}
+}
+
+// Run samples at start and then every interval until ctx ends.
+func (s *Sampler) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		if err := s.Sample(ctx); err != nil && ctx.Err() == nil {
+			failures++
+			if failures == 1 || failures%30 == 0 {
+				s.log.Warn("backlog sample failed", "err", err, "consecutive", failures)
+			}
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(jitter(s.interval))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// Sample takes one sample and emits one Backlog event per stream.
+func (s *Sampler) Sample(ctx context.Context) error {
+	if len(s.streams) == 0 {
+		return nil
+	}
+	backlogs, err := s.store.Backlogs(ctx, s.streams)
+	if err != nil {
+		return err
+	}
+	for _, b := range backlogs {
+		s.emit.Emit(events.Backlog{Stream: b.Stream, Pending: b.Pending, Leased: b.Leased, Failed: b.Failed,
+			Deferred: b.Deferred, OldestPendingAge: b.OldestPendingAge})
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// lockClass is the first half of outboxd's two-part advisory lock keys ("obxd"), so that
+// they cannot collide with an application's single-key locks; the second half is a hash
+// of the table's name, so two outbox tables never block each other.
+const lockClass = 0x6f627864
+
+// Lock is a session-level advisory lock held on one pooled connection.
+type Lock struct {
+	conn *pgxpool.Conn
+	sql  string
+}
+
+// TryLock takes the table's janitor lock without waiting. It returns nil and no error
+// when another session holds it.
+func (s *Store) TryLock(ctx context.Context) (*Lock, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("janitor lock on %s: %w", s.table, err)
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, lockClass, s.table.AdvisoryLockKey()).Scan(&got); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("janitor lock on %s: %w", s.table, err)
+	}
+	if !got {
+		conn.Release()
+		return nil, nil
+	}
+	return &Lock{conn: conn, sql: s.table.AdvisoryLockKey()}, nil
+}
+
+// Release gives the lock back. If unlocking fails, the connection is closed instead,
+// which releases every lock its session held.
+func (l *Lock) Release(ctx context.Context) {
+	if l == nil || l.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, lockClass, l.sql); err != nil {
+		_ = l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+	l.conn = nil
+}
+
+// Reclaim hands expired leases back to pending, oldest expiry first, at most limit rows,
+// without spending an attempt. It returns how long each reclaimed lease had been
+// expired.
+//
+// Concurrency: SKIP LOCKED passes over rows a pipeline is writing back right now; a
+// pipeline whose write-back comes later presents a token the row no longer carries and
+// is refused. Expiry is judged on the database clock.
+func (s *Store) Reclaim(ctx context.Context, limit int) ([]time.Duration, error) {
+	rows, err := s.pool.Query(ctx, s.sql.reclaim, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim expired leases in %s: %w", s.table, err)
+	}
+	defer rows.Close()
+	var overdue []time.Duration
+	for rows.Next() {
+		var us int64
+		if err := rows.Scan(&us); err != nil {
+			return nil, fmt.Errorf("reclaim expired leases in %s: %w", s.table, err)
+		}
+		overdue = append(overdue, time.Duration(us)*time.Microsecond)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reclaim expired leases in %s: %w", s.table, err)
+	}
+	return overdue, nil
+}
+
+// Purge deletes up to limit delivered rows published more than retention ago and
+// returns how many it deleted. Pending, leased and failed rows are never touched.
+func (s *Store) Purge(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, s.sql.purge, retention.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge delivered rows from %s: %w", s.table, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Backlog is one stream's sampled state.
+type Backlog struct {
+	Stream           string
+	Pending          int64
+	Leased           int64
+	Failed           int64
+	Deferred         int64
+	OldestPendingAge time.Duration // 0 when nothing is pending or leased
+}
+
+// Backlogs samples the named streams. Every count is answered from a partial index, so
+// its cost follows the backlog, not the number of delivered rows kept.
+func (s *Store) Backlogs(ctx context.Context, streams []string) ([]Backlog, error) {
+	if len(streams) == 0 {
+		return nil, errors.New("backlogs: no streams named")
+	}
+	rows, err := s.pool.Query(ctx, s.sql.backlog, streams)
+	if err != nil {
+		return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
+	}
+	defer rows.Close()
+	out := make([]Backlog, 0, len(streams))
+	for rows.Next() {
+		var b Backlog
+		var ageUs *int64
+		if err := rows.Scan(&b.Stream, &b.Pending, &b.Leased, &b.Failed, &b.Deferred, &ageUs); err != nil {
+			return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
+		}
+		if ageUs != nil && *ageUs > 0 {
+			b.OldestPendingAge = time.Duration(*ageUs) * time.Microsecond
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
+	}
+	return out, nil
+}
