@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,8 @@ type dispatcher struct {
 	router    *router.Router
 	pipelines []*dispatch.Pipeline
 	listener  *dispatch.Listener
+	janitor   *dispatch.Janitor
+	sampler   *dispatch.Sampler
 	log       *slog.Logger
 }
 
@@ -69,6 +72,8 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		conns += int32(s.Concurrency) + 1
 	}
 	poolConfig.MaxConns = max(poolConfig.MaxConns, conns)
+	// Every statement here is short and planned once; JIT compilation only adds latency.
+	poolConfig.ConnConfig.RuntimeParams["jit"] = "off"
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
@@ -126,6 +131,11 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("database_url: %w", err)
 	}
 	d.listener = dispatch.NewListener(listenConfig, n, wakers, opt.emit, logger)
+	j := cfg.Janitor
+	d.janitor = dispatch.NewJanitor(dispatch.JanitorConfig{
+		Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch,
+	}, d.store, opt.emit, logger)
+	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, opt.emit, logger)
 	return d, nil
 }
 
@@ -168,23 +178,27 @@ func checkSchema(ctx context.Context, st *store.Store) error {
 	return nil
 }
 
-// run drains every stream until ctx ends, then stops in two phases (pipelines first,
-// then the listener) and closes drivers and pool.
+// run drains every stream until ctx ends, then stops in two phases: the pipelines
+// first (they write back and release their leases), then the listener, janitor and
+// sampler; finally it closes drivers and pool.
 func (d *dispatcher) run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	listenCtx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
-	defer stopListener()
-	listenerDone := make(chan struct{})
-	go func() {
-		defer close(listenerDone)
-		_ = d.listener.Run(listenCtx)
-	}()
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopBackground()
+	var background sync.WaitGroup
+	for _, loop := range []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run} {
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			_ = loop(bgCtx) // each loop logs its own trouble and returns nil when stopped
+		}()
+	}
 	for _, p := range d.pipelines {
 		g.Go(func() error { return p.Run(gctx) })
 	}
 	err := g.Wait()
-	stopListener()
-	<-listenerDone
+	stopBackground()
+	background.Wait()
 	return errors.Join(err, d.close())
 }
 
