@@ -122,7 +122,7 @@ type TLS struct {
 type Janitor struct {
 	Interval     time.Duration `yaml:"interval"`
 	ReclaimBatch int           `yaml:"reclaim_batch"`
-	// Retention is how long delivered rows are kept; 0 purges them on the next run.
+	// Retention is how long delivered rows are kept; 0 keeps none (acknowledging deletes).
 	Retention  time.Duration `yaml:"retention"`
 	PurgeBatch int           `yaml:"purge_batch"`
 	Partitions Partitions    `yaml:"partitions"`

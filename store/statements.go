@@ -65,6 +65,13 @@ SET status = 'delivered', published_at = now(), lease_token = NULL, lease_until 
 FROM unnest($1::bigint[]) AS w(id)
 WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
 
+// ackDeleteSQL: the broker confirmed these rows and nothing keeps delivered rows; the
+// same lease check as ackSQL. Parameters: $1 ids, $2 token.
+const ackDeleteSQL = `
+DELETE FROM {{table}} AS m
+USING unnest($1::bigint[]) AS w(id)
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+
 // releaseSQL: hand rows back unchanged, claimable at once. Parameters: $1 ids, $2 token.
 const releaseSQL = `
 UPDATE {{table}} AS m

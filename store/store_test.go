@@ -454,3 +454,27 @@ func TestSchemaVersionReadsWhatMigrationsRecorded(t *testing.T) {
 		t.Fatalf("unmigrated table: version %d err %v; want 0", v, err)
 	}
 }
+
+func TestAckByDeleteRemovesOnlyRowsStillLeasedUnderTheToken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s, err := store.New(f.pg.Pool, f.pg.Table, store.WithAckByDelete())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.insert(t, "orders", 3)
+	c, err := s.Claim(f.ctx, "orders", 3, "r", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Ack(f.ctx, store.NewToken(), c.IDs()); err != nil || res.Changed != 0 || res.Refused != 3 {
+		t.Fatalf("ack by delete with a stale token: %+v %v", res, err)
+	}
+	if res, err := s.Ack(f.ctx, c.Token, c.IDs()[:2]); err != nil || res.Changed != 2 {
+		t.Fatalf("ack by delete: %+v %v", res, err)
+	}
+	var left int
+	if err := f.pg.Pool.QueryRow(f.ctx, `SELECT count(*) FROM `+f.pg.Table.Qualified()).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d rows left, want the one not acknowledged (%v)", left, err)
+	}
+}

@@ -77,7 +77,11 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	if d.store, err = store.New(d.pool, n); err != nil {
+	var storeOpts []store.Option
+	if cfg.Janitor.Retention == 0 {
+		storeOpts = append(storeOpts, store.WithAckByDelete()) // nothing keeps delivered rows
+	}
+	if d.store, err = store.New(d.pool, n, storeOpts...); err != nil {
 		return nil, err
 	}
 	if err := checkSchema(ctx, d.store); err != nil {
