@@ -18,9 +18,10 @@ type outcomes struct {
 	defers   []store.Deferral
 	fails    []store.Failure
 	releases []int64
-	reasons  map[string]int
-	reached  bool // some message reached the broker
-	missed   bool // some message could not reach it
+	reasons  map[string]int   // failures counted by reason
+	reasonOf map[int64]string // each failed message's reason
+	reached  bool             // some message reached the broker
+	missed   bool             // some message could not reach it
 }
 
 // process publishes one claimed batch and writes back every outcome.
@@ -66,9 +67,10 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 	fail := func(m store.Message, reason, text string, attempted bool) {
 		o.fails = append(o.fails, store.Failure{ID: m.ID, Err: text, Attempted: attempted})
 		if o.reasons == nil {
-			o.reasons = map[string]int{}
+			o.reasons, o.reasonOf = map[string]int{}, map[int64]string{}
 		}
 		o.reasons[reason]++
+		o.reasonOf[m.ID] = reason
 	}
 	retry := func(m store.Message, err error) {
 		attempt := m.Attempts + 1
@@ -117,16 +119,26 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	t := claim.Token
+	var failed []store.FailedRow // rows failed for good, as stored, for MessageFailed
+	failReason := make(map[int64]string, len(o.fails))
 	steps := []struct {
 		n     int
 		write func() (store.WriteResult, error)
 		count *int
 	}{
 		{len(o.acks), func() (store.WriteResult, error) { return p.store.Ack(wctx, t, o.acks) }, &ev.Published},
-		{len(o.fails), func() (store.WriteResult, error) { return p.store.Fail(wctx, t, o.fails) }, &ev.Failed},
+		{len(o.fails), func() (store.WriteResult, error) {
+			res, err := p.store.Fail(wctx, t, o.fails)
+			failed = append(failed, res.Rows...)
+			return res.WriteResult, err
+		}, &ev.Failed},
 		{len(o.retries), func() (store.WriteResult, error) { return p.store.Retry(wctx, t, o.retries) }, &ev.Retried},
 		{len(o.defers), func() (store.WriteResult, error) {
 			res, err := p.store.Defer(wctx, t, o.defers, p.cfg.MaxDefer)
+			failed = append(failed, res.Expired...)
+			for _, r := range res.Expired {
+				failReason[r.ID] = "max_defer"
+			}
 			if n := len(res.Expired); n > 0 {
 				ev.Failed += n
 				if ev.FailReasons == nil {
@@ -155,7 +167,37 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 	if ev.LeaseConflicts > 0 {
 		p.log.Warn("write-back refused: lease moved on (the batch outlived its lease)", "rows", ev.LeaseConflicts)
 	}
+	p.reportFailed(claim, o, failed, failReason)
 	return ev
+}
+
+// reportFailed emits one MessageFailed per row this batch failed for good, exactly as
+// the table now holds it. Only rows the write-back changed are reported: a row whose
+// lease moved on belongs to another replica, which reports it if it fails it.
+func (p *Pipeline) reportFailed(claim store.Claim, o outcomes, failed []store.FailedRow, reason map[int64]string) {
+	if len(failed) == 0 {
+		return
+	}
+	for _, f := range o.fails {
+		if _, ok := reason[f.ID]; !ok {
+			reason[f.ID] = o.reasonOf[f.ID]
+		}
+	}
+	byID := make(map[int64]int, len(claim.Messages))
+	for i, m := range claim.Messages {
+		byID[m.ID] = i
+	}
+	for _, r := range failed {
+		i, ok := byID[r.ID]
+		if !ok {
+			continue
+		}
+		m := claim.Messages[i]
+		p.emit.Emit(events.MessageFailed{
+			Stream: m.Stream, ID: m.ID, Topic: m.Topic, Key: m.Key, Headers: m.Headers, Payload: m.Payload,
+			Attempts: r.Attempts, Reason: reason[r.ID], Err: r.LastError,
+		})
+	}
 }
 
 // retryWrite runs write until it succeeds or ctx ends, pausing between tries.

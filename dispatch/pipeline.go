@@ -27,7 +27,7 @@ type Store interface {
 	Ack(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
 	Retry(ctx context.Context, token store.Token, retries []store.Retry) (store.WriteResult, error)
 	Defer(ctx context.Context, token store.Token, deferrals []store.Deferral, maxDefer time.Duration) (store.DeferResult, error)
-	Fail(ctx context.Context, token store.Token, failures []store.Failure) (store.WriteResult, error)
+	Fail(ctx context.Context, token store.Token, failures []store.Failure) (store.FailResult, error)
 	Release(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
 }
 

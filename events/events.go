@@ -2,7 +2,9 @@
 // never one per message, so that observing delivery never costs delivery.
 //
 // Subscribers (metrics, tracing, logging, the dead-letter forwarder) turn events into
-// series, spans and actions; the loops only emit.
+// series, spans and actions; the loops only emit. The Bus delivers them under one rule:
+// emitting never waits for a slow subscriber (an asynchronous subscriber whose queue is
+// full loses the event, counted), so observing delivery never stalls it.
 package events
 
 import "time"
@@ -128,8 +130,10 @@ type DeadLetterResult string
 const (
 	DeadLetterForwardedOK DeadLetterResult = "forwarded"
 	DeadLetterRetried     DeadLetterResult = "retried" // a forwarding attempt failed; it will be tried again
-	DeadLetterGaveUp      DeadLetterResult = "gave_up" // forwarding abandoned (shutdown or too many attempts)
-	DeadLetterDropped     DeadLetterResult = "dropped" // the forwarder's queue was full
+	DeadLetterGaveUp      DeadLetterResult = "gave_up" // forwarding abandoned (permanent refusal or shutdown)
+	// DeadLetterDropped is not emitted by the forwarder: a failure that finds its queue
+	// full never reaches it. The bus counts those (Bus.Dropped of its subscription).
+	DeadLetterDropped DeadLetterResult = "dropped"
 )
 
 // DeadLetterForwarded reports one dead-letter forwarding outcome.

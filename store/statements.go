@@ -114,16 +114,17 @@ FROM (
     JOIN {{table}} AS t ON t.id = w.id
 ) AS x
 WHERE m.id = x.id AND m.status = 'leased' AND m.lease_token = $2
-RETURNING m.id, x.expired`
+RETURNING m.id, x.expired, m.attempts, m.last_error`
 
-// failSQL: delivery ends for good. Parameters: $1 ids, $2 token, $3 attempts spent by
+// failSQL: delivery ends for good; returns each row failed, as stored. Parameters: $1 ids, $2 token, $3 attempts spent by
 // this outcome (0 or 1), $4 error texts.
 const failSQL = `
 UPDATE {{table}} AS m
 SET status = 'failed', attempts = m.attempts + w.spent, last_error = w.err,
     lease_token = NULL, lease_until = NULL, deferred_since = NULL
 FROM unnest($1::bigint[], $3::integer[], $4::text[]) AS w(id, spent, err)
-WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
+RETURNING m.id, m.attempts, m.last_error`
 
 // reclaimSQL hands expired leases back. Concurrency: SKIP LOCKED passes over rows whose
 // write-back is in progress; the cleared token makes any later write-back of the old

@@ -197,12 +197,26 @@ func (s *Store) Retry(ctx context.Context, token Token, retries []Retry) (WriteR
 	return s.write(ctx, "retry", len(ids), s.sql.retry, ids, token, delays, errs)
 }
 
+// FailedRow is a row a write-back failed for good, as it now stands in the table.
+type FailedRow struct {
+	ID        int64
+	Attempts  int
+	LastError string
+}
+
+// FailResult reports a Fail write-back: what it changed and refused, and each failed
+// row as stored, so callers report exactly what the table says.
+type FailResult struct {
+	WriteResult
+	Rows []FailedRow
+}
+
 // DeferResult reports a deferral: rows handed back, rows refused because their lease
-// moved on, and the ids of rows failed instead because they had been deferred for longer
-// than the allowed maximum.
+// moved on, and the rows failed instead because they had been deferred for longer than
+// the allowed maximum.
 type DeferResult struct {
 	WriteResult
-	Expired []int64
+	Expired []FailedRow
 }
 
 // Defer returns rows to pending after a pause without spending an attempt, recording
@@ -223,15 +237,15 @@ func (s *Store) Defer(ctx context.Context, token Token, deferrals []Deferral, ma
 	}
 	var res DeferResult
 	for rows.Next() {
-		var id int64
+		var r FailedRow
 		var failed bool
-		if err := rows.Scan(&id, &failed); err != nil {
+		if err := rows.Scan(&r.ID, &failed, &r.Attempts, &r.LastError); err != nil {
 			rows.Close()
 			return DeferResult{}, fmt.Errorf("defer %d rows in %s: %w", len(ids), s.table, err)
 		}
 		res.Changed++
 		if failed {
-			res.Expired = append(res.Expired, id)
+			res.Expired = append(res.Expired, r)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -241,8 +255,12 @@ func (s *Store) Defer(ctx context.Context, token Token, deferrals []Deferral, ma
 	return res, nil
 }
 
-// Fail marks rows failed for good with their error text.
-func (s *Store) Fail(ctx context.Context, token Token, failures []Failure) (WriteResult, error) {
+// Fail marks rows failed for good with their error text, and returns each row it failed
+// as stored.
+func (s *Store) Fail(ctx context.Context, token Token, failures []Failure) (FailResult, error) {
+	if len(failures) == 0 {
+		return FailResult{}, nil
+	}
 	ids, spent, errs := make([]int64, len(failures)), make([]int32, len(failures)), make([]string, len(failures))
 	for i, f := range failures {
 		ids[i], errs[i] = f.ID, errorText(f.Err)
@@ -250,7 +268,24 @@ func (s *Store) Fail(ctx context.Context, token Token, failures []Failure) (Writ
 			spent[i] = 1
 		}
 	}
-	return s.write(ctx, "fail", len(ids), s.sql.fail, ids, token, spent, errs)
+	rows, err := s.pool.Query(ctx, s.sql.fail, ids, token, spent, errs)
+	if err != nil {
+		return FailResult{}, fmt.Errorf("fail %d rows in %s: %w", len(ids), s.table, err)
+	}
+	var res FailResult
+	for rows.Next() {
+		var r FailedRow
+		if err := rows.Scan(&r.ID, &r.Attempts, &r.LastError); err != nil {
+			rows.Close()
+			return FailResult{}, fmt.Errorf("fail %d rows in %s: %w", len(ids), s.table, err)
+		}
+		res.Rows = append(res.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return FailResult{}, fmt.Errorf("fail %d rows in %s: %w", len(ids), s.table, err)
+	}
+	res.Changed, res.Refused = len(res.Rows), len(ids)-len(res.Rows)
+	return res, nil
 }
 
 // write runs one lease-checked write-back and counts what it changed and refused.

@@ -230,7 +230,8 @@ func TestWriteBackWithAStaleTokenChangesNothingAndIsCountedAsRefused(t *testing.
 			return res.WriteResult, err
 		}},
 		{"fail", func() (store.WriteResult, error) {
-			return f.store.Fail(f.ctx, stale, []store.Failure{{ID: ids[0], Err: "x", Attempted: true}})
+			res, err := f.store.Fail(f.ctx, stale, []store.Failure{{ID: ids[0], Err: "x", Attempted: true}})
+			return res.WriteResult, err
 		}},
 	}
 	for _, w := range writes {
@@ -359,7 +360,8 @@ func TestDeferFailsARowDeferredForLongerThanTheMaximum(t *testing.T) {
 		{ID: 1, Delay: time.Second, Err: "connection refused"},
 		{ID: 2, Delay: time.Second, Err: "connection refused"},
 	}, time.Hour)
-	if err != nil || res.Changed != 2 || len(res.Expired) != 1 || res.Expired[0] != 1 {
+	if err != nil || res.Changed != 2 || len(res.Expired) != 1 || res.Expired[0].ID != 1 || res.Expired[0].Attempts != 0 ||
+		res.Expired[0].LastError != "deferred for longer than max_defer (01:00:00): connection refused" {
 		t.Fatalf("defer with max 1h: %+v %v", res, err)
 	}
 	old, young := f.row(t, 1), f.row(t, 2)
@@ -383,8 +385,13 @@ func TestFailRecordsTheErrorTextAndEndsDelivery(t *testing.T) {
 		{ID: ids[1], Err: "deferred longer than max_defer 1h", Attempted: false},
 		{ID: ids[2], Err: "bad\x00bytes \xff and " + long, Attempted: true},
 	})
-	if err != nil || res.Changed != 3 {
+	if err != nil || res.Changed != 3 || len(res.Rows) != 3 {
 		t.Fatalf("fail: %+v %v", res, err)
+	}
+	for _, r := range res.Rows {
+		if stored := f.row(t, r.ID); *stored.LastError != r.LastError || stored.Attempts != r.Attempts {
+			t.Fatalf("Fail reported row %d as %+v, the table holds %q with %d attempts", r.ID, r, *stored.LastError, stored.Attempts)
+		}
 	}
 	r0, r1, r2 := f.row(t, ids[0]), f.row(t, ids[1]), f.row(t, ids[2])
 	if r0.Status != "failed" || *r0.LastError != "message too large: 2000000 bytes > 1048576" || r0.Attempts != 1 || r0.LeaseToken != nil {

@@ -1,0 +1,215 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/router"
+)
+
+// Headers a dead-lettered message carries besides the producer's own and the driver's
+// Outbox-Id and Outbox-Stream (the original row's id and stream).
+const (
+	HeaderDeadLetterStream   = "Outbox-Dead-Letter-Stream"
+	HeaderDeadLetterTopic    = "Outbox-Dead-Letter-Topic" // the row's topic, before the stream's prefix
+	HeaderDeadLetterAttempts = "Outbox-Dead-Letter-Attempts"
+	HeaderDeadLetterReason   = "Outbox-Dead-Letter-Reason" // permanent, attempts_exhausted or max_defer
+	HeaderDeadLetterError    = "Outbox-Dead-Letter-Error"  // the row's last_error
+)
+
+// DeadLetterRoute sends the failed messages of Stream to Topic (the full destination:
+// no stream prefix is applied) through Publisher.
+type DeadLetterRoute struct {
+	Stream    string
+	Topic     string
+	Publisher Publisher
+}
+
+// DeadLetterOptions tunes the forwarder; zero values take the defaults noted.
+type DeadLetterOptions struct {
+	BackoffInitial time.Duration // first pause after a failed forwarding attempt (500ms)
+	BackoffMax     time.Duration // longest pause (30s)
+	PublishTimeout time.Duration // bound on one forwarding attempt (10s)
+}
+
+// DeadLetterForwarder republishes messages that failed for good to their stream's
+// dead-letter destination. It runs as an asynchronous bus subscriber and never touches
+// the database: the row stays failed whatever happens here, so dead-lettering is a copy
+// for whoever watches the destination, not a change of the row's fate.
+//
+// Messages are forwarded one at a time, in the order they failed. A forwarding error
+// that may pass (retryable, unreachable, timed out) is retried with exponential backoff
+// until it succeeds or Close; meanwhile later failures wait in the bus queue, which is
+// bounded: when it is full the bus drops them and counts them (Bus.Dropped for this
+// subscriber), so a dead-letter broker that stays down loses dead-letter copies, never
+// rows. A permanent error gives the message up at once.
+//
+// Subscribe it with its filter so the queue holds only what it forwards:
+//
+//	bus.SubscribeAsync("deadletter", 1024, f.Handle, events.Filter(f.Wants))
+type DeadLetterForwarder struct {
+	routes map[string]DeadLetterRoute
+	emit   Emitter
+	log    *slog.Logger
+	opts   DeadLetterOptions
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	// closedLogged: messages handled after Close are given up with one log line, not one each.
+	closedLogged atomic.Bool
+}
+
+// NewDeadLetterForwarder builds a forwarder for routes (one per stream at most; a later
+// route for the same stream wins); a route without a publisher is a wiring error and
+// panics. Outcomes are reported to emit, which may be the bus the forwarder subscribes
+// to (Emit never blocks, so a handler emitting to its own bus cannot deadlock). emit and
+// logger may be nil.
+func NewDeadLetterForwarder(routes []DeadLetterRoute, emit Emitter, logger *slog.Logger, opts DeadLetterOptions) *DeadLetterForwarder {
+	if emit == nil {
+		emit = discardEmitter{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.BackoffInitial <= 0 {
+		opts.BackoffInitial = 500 * time.Millisecond
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 30 * time.Second
+	}
+	if opts.PublishTimeout <= 0 {
+		opts.PublishTimeout = 10 * time.Second
+	}
+	f := &DeadLetterForwarder{
+		routes: make(map[string]DeadLetterRoute, len(routes)),
+		emit:   emit,
+		log:    logger,
+		opts:   opts,
+	}
+	for _, r := range routes {
+		if r.Publisher == nil {
+			panic(fmt.Sprintf("dispatch: dead-letter route of stream %q has no publisher", r.Stream))
+		}
+		f.routes[r.Stream] = r
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	return f
+}
+
+// Wants reports whether Handle would forward e: a MessageFailed of a stream with a
+// route. It is cheap and never blocks, as a bus filter must be.
+func (f *DeadLetterForwarder) Wants(e events.Event) bool {
+	m, ok := e.(events.MessageFailed)
+	if !ok {
+		return false
+	}
+	_, ok = f.routes[m.Stream]
+	return ok
+}
+
+// Handle forwards e if it is a MessageFailed of a routed stream and ignores anything
+// else. It returns when the message is forwarded, given up, or Close was called.
+func (f *DeadLetterForwarder) Handle(e events.Event) {
+	m, ok := e.(events.MessageFailed)
+	if !ok {
+		return
+	}
+	route, ok := f.routes[m.Stream]
+	if !ok {
+		return
+	}
+	if f.ctx.Err() != nil {
+		f.emit.Emit(events.DeadLetterForwarded{Stream: m.Stream, ID: m.ID, Result: events.DeadLetterGaveUp, Err: errClosed})
+		if f.closedLogged.CompareAndSwap(false, true) {
+			f.log.Warn("dead-letter forwarder closed: messages still queued are given up (their rows stay failed)",
+				"stream", m.Stream, "id", m.ID)
+		}
+		return
+	}
+	msg := deadLetterMessage(route, m)
+	for attempt := 1; ; attempt++ {
+		err := f.publish(route, msg)
+		if err == nil {
+			f.emit.Emit(events.DeadLetterForwarded{Stream: m.Stream, ID: m.ID, Result: events.DeadLetterForwardedOK})
+			if attempt > 1 {
+				f.log.Info("dead letter forwarded after retries", "stream", m.Stream, "id", m.ID, "attempts", attempt)
+			}
+			return
+		}
+		if f.ctx.Err() != nil {
+			f.giveUp(m, attempt, fmt.Errorf("%w while forwarding: %w", errClosed, err))
+			return
+		}
+		if router.KindOf(err) == router.KindPermanent {
+			f.giveUp(m, attempt, err)
+			return
+		}
+		f.emit.Emit(events.DeadLetterForwarded{Stream: m.Stream, ID: m.ID, Result: events.DeadLetterRetried, Err: err})
+		pause := backoff(f.opts.BackoffInitial, f.opts.BackoffMax, attempt)
+		if attempt == 1 || attempt%20 == 0 {
+			f.log.Warn("dead letter not forwarded; retrying", "stream", m.Stream, "id", m.ID,
+				"topic", route.Topic, "attempt", attempt, "pause", pause, "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-f.ctx.Done():
+			t.Stop()
+			f.giveUp(m, attempt, fmt.Errorf("%w while retrying: %w", errClosed, err))
+			return
+		}
+	}
+}
+
+var errClosed = errors.New("dead-letter forwarder closed")
+
+// publish makes one forwarding attempt, bounded by the publish timeout and Close.
+func (f *DeadLetterForwarder) publish(route DeadLetterRoute, msg router.Message) error {
+	ctx, cancel := context.WithTimeout(f.ctx, f.opts.PublishTimeout)
+	defer cancel()
+	errs := route.Publisher.Publish(ctx, []router.Message{msg})
+	if len(errs) != 1 {
+		return router.Retryable(fmt.Errorf("dead-letter publisher returned %d results for 1 message", len(errs)))
+	}
+	return errs[0]
+}
+
+func (f *DeadLetterForwarder) giveUp(m events.MessageFailed, attempts int, err error) {
+	f.emit.Emit(events.DeadLetterForwarded{Stream: m.Stream, ID: m.ID, Result: events.DeadLetterGaveUp, Err: err})
+	f.log.Error("dead letter given up; the row stays failed in the outbox table", "stream", m.Stream, "id", m.ID,
+		"reason", m.Reason, "attempts", attempts, "err", err)
+}
+
+// Close stops forwarding: a retry in progress is given up (reported), and so is every
+// message handled afterwards. It does not wait for Handle to return; the bus's Close
+// does that. Close is idempotent.
+func (f *DeadLetterForwarder) Close() { f.cancel() }
+
+// deadLetterMessage is m as its dead-letter copy: the original payload, key and
+// headers, plus the dead-letter headers. It keeps the original id and stream, which the
+// driver sends as Outbox-Id and Outbox-Stream. Its de-duplication id is the row id and a
+// random suffix drawn once per failure: every retry of one forwarding carries the same
+// id, so JetStream keeps one copy even when an attempt that looked failed had landed,
+// while the same row failing again after a requeue (which resets its attempts) is a new
+// dead letter.
+func deadLetterMessage(route DeadLetterRoute, m events.MessageFailed) router.Message {
+	h := make(map[string]string, len(m.Headers)+5)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[HeaderDeadLetterStream] = m.Stream
+	h[HeaderDeadLetterTopic] = m.Topic
+	h[HeaderDeadLetterAttempts] = strconv.Itoa(m.Attempts)
+	h[HeaderDeadLetterReason] = m.Reason
+	h[HeaderDeadLetterError] = m.Err
+	return router.Message{
+		ID: m.ID, Stream: m.Stream, Topic: route.Topic, Key: m.Key, Headers: h, Payload: m.Payload,
+		MessageID: "dead-letter-" + strconv.FormatInt(m.ID, 10) + "-" + strconv.FormatUint(rand.Uint64(), 36),
+	}
+}
