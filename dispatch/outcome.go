@@ -13,15 +13,16 @@ import (
 
 // outcomes sorts one batch's publish results into the write-backs they need.
 type outcomes struct {
-	acks     []int64
-	retries  []store.Retry
-	defers   []store.Deferral
-	fails    []store.Failure
-	releases []int64
-	reasons  map[string]int   // failures counted by reason
-	reasonOf map[int64]string // each failed message's reason
-	reached  bool             // some message reached the broker
-	missed   bool             // some message could not reach it
+	acks       []int64
+	retries    []store.Retry
+	defers     []store.Deferral
+	fails      []store.Failure
+	releases   []int64
+	reasons    map[string]int   // failures counted by reason
+	errorKinds map[string]int   // broker errors counted by kind
+	reasonOf   map[int64]string // each failed message's reason
+	reached    bool             // some message reached the broker
+	missed     bool             // some message could not reach it
 }
 
 // process publishes one claimed batch and writes back every outcome.
@@ -87,7 +88,12 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 			o.reached = true
 			continue
 		}
-		switch router.KindOf(err) {
+		kind := router.KindOf(err)
+		if o.errorKinds == nil {
+			o.errorKinds = map[string]int{}
+		}
+		o.errorKinds[kind.String()]++
+		switch kind {
 		case router.KindPermanent:
 			o.reached = true
 			fail(m, "permanent", err.Error(), true)
@@ -114,7 +120,7 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 // retried until the lease would have expired, after which the rows are left for lease
 // reclaiming.
 func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes) events.Iteration {
-	ev := events.Iteration{FailReasons: o.reasons}
+	ev := events.Iteration{FailReasons: o.reasons, ErrorKinds: o.errorKinds}
 	deadline := p.now().Add(p.cfg.LeaseTTL)
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
@@ -126,7 +132,11 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 		write func() (store.WriteResult, error)
 		count *int
 	}{
-		{len(o.acks), func() (store.WriteResult, error) { return p.store.Ack(wctx, t, o.acks) }, &ev.Published},
+		{len(o.acks), func() (store.WriteResult, error) {
+			res, err := p.store.Ack(wctx, t, o.acks)
+			ev.DeliveryLags = res.Lags
+			return res.WriteResult, err
+		}, &ev.Published},
 		{len(o.fails), func() (store.WriteResult, error) {
 			res, err := p.store.Fail(wctx, t, o.fails)
 			failed = append(failed, res.Rows...)

@@ -24,7 +24,7 @@ import (
 // Store is what a pipeline needs from the database.
 type Store interface {
 	Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
-	Ack(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
+	Ack(ctx context.Context, token store.Token, ids []int64) (store.AckResult, error)
 	Retry(ctx context.Context, token store.Token, retries []store.Retry) (store.WriteResult, error)
 	Defer(ctx context.Context, token store.Token, deferrals []store.Deferral, maxDefer time.Duration) (store.DeferResult, error)
 	Fail(ctx context.Context, token store.Token, failures []store.Failure) (store.FailResult, error)

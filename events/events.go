@@ -23,6 +23,12 @@ type Iteration struct {
 	Released  int // handed back unpublished at shutdown
 	// FailReasons counts failures by the broker error kind that caused them.
 	FailReasons map[string]int
+	// ErrorKinds counts the broker's errors by kind (retryable, permanent, unreachable,
+	// canceled).
+	ErrorKinds map[string]int
+	// DeliveryLags holds, per acknowledged message, the time from its INSERT to its
+	// acknowledgement, both on the database clock.
+	DeliveryLags []time.Duration
 	// LeaseConflicts counts write-backs refused because the lease had moved on (the
 	// batch outlived its lease and the row was reclaimed or claimed again).
 	LeaseConflicts int

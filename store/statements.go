@@ -57,20 +57,23 @@ RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, '')
 // matches nothing and is reported as refused. Each releases the lease in the same
 // statement, which the table's lease constraint requires.
 
-// ackSQL: the broker confirmed these rows. Parameters: $1 ids, $2 token.
+// ackSQL: the broker confirmed these rows; returns each row's delivery lag in µs (INSERT
+// to acknowledgement, database clock). Parameters: $1 ids, $2 token.
 const ackSQL = `
 UPDATE {{table}} AS m
 SET status = 'delivered', published_at = now(), lease_token = NULL, lease_until = NULL,
     deferred_since = NULL
 FROM unnest($1::bigint[]) AS w(id)
-WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
+RETURNING (extract(epoch FROM now() - m.created_at) * 1000000)::bigint`
 
 // ackDeleteSQL: the broker confirmed these rows and nothing keeps delivered rows; the
 // same lease check as ackSQL. Parameters: $1 ids, $2 token.
 const ackDeleteSQL = `
 DELETE FROM {{table}} AS m
 USING unnest($1::bigint[]) AS w(id)
-WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2`
+WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
+RETURNING (extract(epoch FROM now() - m.created_at) * 1000000)::bigint`
 
 // releaseSQL: hand rows back unchanged, claimable at once. Parameters: $1 ids, $2 token.
 const releaseSQL = `

@@ -178,8 +178,36 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 }
 
 // Ack marks rows delivered: the broker confirmed them.
-func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (WriteResult, error) {
-	return s.write(ctx, "ack", len(ids), s.sql.ack, ids, token)
+func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (AckResult, error) {
+	if len(ids) == 0 {
+		return AckResult{}, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql.ack, ids, token)
+	if err != nil {
+		return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
+	}
+	res := AckResult{Lags: make([]time.Duration, 0, len(ids))}
+	for rows.Next() {
+		var us int64
+		if err := rows.Scan(&us); err != nil {
+			rows.Close()
+			return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
+		}
+		res.Lags = append(res.Lags, time.Duration(us)*time.Microsecond)
+	}
+	if err := rows.Err(); err != nil {
+		return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
+	}
+	res.Changed, res.Refused = len(res.Lags), len(ids)-len(res.Lags)
+	return res, nil
+}
+
+// AckResult reports an acknowledgement: what it changed and refused, and for each
+// acknowledged row its delivery lag, from the producer's INSERT to the acknowledgement,
+// both on the database clock.
+type AckResult struct {
+	WriteResult
+	Lags []time.Duration
 }
 
 // Release hands rows back untouched, claimable again at once: used at shutdown for rows

@@ -220,7 +220,10 @@ func TestWriteBackWithAStaleTokenChangesNothingAndIsCountedAsRefused(t *testing.
 		name  string
 		write func() (store.WriteResult, error)
 	}{
-		{"ack", func() (store.WriteResult, error) { return f.store.Ack(f.ctx, stale, ids) }},
+		{"ack", func() (store.WriteResult, error) {
+			res, err := f.store.Ack(f.ctx, stale, ids)
+			return res.WriteResult, err
+		}},
 		{"release", func() (store.WriteResult, error) { return f.store.Release(f.ctx, stale, ids) }},
 		{"retry", func() (store.WriteResult, error) {
 			return f.store.Retry(f.ctx, stale, []store.Retry{{ID: ids[0], Delay: time.Second, Err: "x"}})
@@ -260,8 +263,16 @@ func TestAckMarksRowsDeliveredOnTheDatabaseClock(t *testing.T) {
 	f := setup(t)
 	f.insert(t, "orders", 2)
 	c := f.claim(t, "orders", 2)
-	if _, err := f.store.Ack(f.ctx, c.Token, c.IDs()[:1]); err != nil {
+	res, err := f.store.Ack(f.ctx, c.Token, c.IDs()[:1])
+	if err != nil || len(res.Lags) != 1 {
+		t.Fatalf("ack: %+v %v", res, err)
+	}
+	var lag float64
+	if err := f.pg.Pool.QueryRow(f.ctx, `SELECT extract(epoch FROM published_at - created_at) FROM `+f.pg.Table.Qualified()+` WHERE id = $1`, c.IDs()[0]).Scan(&lag); err != nil {
 		t.Fatal(err)
+	}
+	if got := res.Lags[0].Seconds(); got < lag-0.001 || got > lag+0.001 {
+		t.Fatalf("ack reported a delivery lag of %.6fs; the row says published_at - created_at = %.6fs", got, lag)
 	}
 	acked, other := f.row(t, c.IDs()[0]), f.row(t, c.IDs()[1])
 	if acked.Status != "delivered" || acked.PublishedAt == nil || acked.LeaseToken != nil || acked.LeaseUntil != nil {
