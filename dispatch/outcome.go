@@ -32,6 +32,7 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 		msgs[i] = router.Message{
 			ID: m.ID, Stream: m.Stream, Topic: p.cfg.TopicPrefix + m.Topic, Key: m.Key,
 			Headers: m.Headers, Payload: m.Payload, MessageID: m.MessageID,
+			Attempts: m.Attempts, CreatedAt: m.CreatedAt,
 		}
 	}
 	pubCtx, cancel := context.WithTimeout(hard, p.cfg.PublishTimeout)

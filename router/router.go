@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 )
 
 // Headers every driver adds to every message, so consumers can de-duplicate and tell
@@ -35,6 +36,10 @@ type Message struct {
 	Headers   map[string]string // the producer's headers, passed through
 	Payload   []byte
 	MessageID string // caller-supplied de-duplication id; "" uses DedupID's default
+	// Attempts spent before this publish and the row's creation time (database clock),
+	// for tracing; drivers do not send them.
+	Attempts  int
+	CreatedAt time.Time
 }
 
 // DedupID is the id a broker de-duplicates on (JetStream's Nats-Msg-Id): the
