@@ -16,18 +16,26 @@ import (
 	"github.com/outboxd/outboxd/table"
 )
 
-// Migrator applies the embedded migrations to one outbox table. golang-migrate keeps the
-// version in <schema>.<table>_schema_migrations and serialises concurrent migrators on an
-// advisory lock derived from that name, so replicas started together with --migrate are
-// safe and two outbox tables migrate independently.
+// Migrator applies the embedded migrations of one layout to one outbox table.
+// golang-migrate keeps the version in <schema>.<table>_schema_migrations (the same table
+// for both layouts) and serialises concurrent migrators on an advisory lock derived from
+// that name, so replicas started together with --migrate are safe and two outbox tables
+// migrate independently.
 type Migrator struct {
-	db *sql.DB
-	m  *migrate.Migrate
+	db     *sql.DB
+	m      *migrate.Migrate
+	table  table.Name
+	layout Layout
 }
 
-// Open connects to dsn and prepares to migrate the table n. It creates n's schema if it
-// is missing, because the version table lives there.
+// Open connects to dsn and prepares to migrate the table n with the plain layout.
 func Open(ctx context.Context, dsn string, n table.Name) (*Migrator, error) {
+	return Plain.Open(ctx, dsn, n)
+}
+
+// Open connects to dsn and prepares to migrate the table n with this layout. It creates
+// n's schema if it is missing, because the version table lives there.
+func (l Layout) Open(ctx context.Context, dsn string, n table.Name) (*Migrator, error) {
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
@@ -55,7 +63,7 @@ func Open(ctx context.Context, dsn string, n table.Name) (*Migrator, error) {
 	if err != nil {
 		return fail(fmt.Errorf("migrate: prepare version table: %w", err))
 	}
-	rendered, err := Render(n)
+	rendered, err := l.Render(n)
 	if err != nil {
 		return fail(err)
 	}
@@ -68,19 +76,28 @@ func Open(ctx context.Context, dsn string, n table.Name) (*Migrator, error) {
 		return fail(fmt.Errorf("migrate: %w", err))
 	}
 	m.LockTimeout = time.Minute
-	return &Migrator{db: db, m: m}, nil
+	return &Migrator{db: db, m: m, table: n, layout: l}, nil
 }
 
 // Up applies every migration not yet applied. Being at the latest version is not an error.
+// It refuses a table that exists with the other layout, before migrating and again after
+// (a migrator of the other layout may have won the race to create it).
 func (mg *Migrator) Up() error {
+	if err := mg.checkLayout("up"); err != nil {
+		return err
+	}
 	if err := mg.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	return nil
+	return mg.checkLayout("up")
 }
 
-// Down reverts steps migrations; steps <= 0 reverts all of them.
+// Down reverts steps migrations; steps <= 0 reverts all of them. It refuses a table
+// that exists with the other layout.
 func (mg *Migrator) Down(steps int) error {
+	if err := mg.checkLayout("down"); err != nil {
+		return err
+	}
 	var err error
 	if steps <= 0 {
 		err = mg.m.Down()
@@ -106,15 +123,46 @@ func (mg *Migrator) Version() (version uint, dirty bool, err error) {
 	return version, dirty, nil
 }
 
+// checkLayout fails when the table exists but was not created with the migrator's
+// layout: pg_class.relkind is 'p' for a partitioned table and 'r' for a plain one. A
+// missing table passes. Migrations never convert a table from one layout to the other.
+func (mg *Migrator) checkLayout(op string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var kind string
+	err := mg.db.QueryRowContext(ctx, `SELECT c.relkind::text FROM pg_class c
+		JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relname = $2`, mg.table.Schema, mg.table.Table).Scan(&kind)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("migrate %s: read the layout of %s: %w", op, mg.table, err)
+	case kind == mg.layout.relkind():
+		return nil
+	}
+	for _, have := range []Layout{Plain, Partitioned} {
+		if kind == have.relkind() {
+			return fmt.Errorf("migrate %s: %s has the %s layout (pg_class.relkind = '%s') but the %s layout was asked for "+
+				"(janitor.partitions.enabled chooses it); migrations never convert a table between layouts, "+
+				"see docs/partitioning.md", op, mg.table, have, kind, mg.layout)
+		}
+	}
+	return fmt.Errorf("migrate %s: %s exists but is not a table (pg_class.relkind = '%s')", op, mg.table, kind)
+}
+
 // Close releases the connection.
 func (mg *Migrator) Close() error {
 	srcErr, dbErr := mg.m.Close()
 	return errors.Join(srcErr, dbErr, mg.db.Close())
 }
 
-// Up is a convenience for Open, Up and Close.
-func Up(ctx context.Context, dsn string, n table.Name) error {
-	mg, err := Open(ctx, dsn, n)
+// Up is a convenience for Open, Up and Close with the plain layout.
+func Up(ctx context.Context, dsn string, n table.Name) error { return Plain.Up(ctx, dsn, n) }
+
+// Up is a convenience for Open, Up and Close with this layout.
+func (l Layout) Up(ctx context.Context, dsn string, n table.Name) error {
+	mg, err := l.Open(ctx, dsn, n)
 	if err != nil {
 		return err
 	}

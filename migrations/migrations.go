@@ -3,6 +3,9 @@
 // Invariant: a released migration file never changes; a new behaviour is a new version.
 // The files are written for the default table outbox.messages so that psql and the
 // migrate CLI can apply them unchanged; Render substitutes any other validated name.
+// There are two layouts of the same schema, plain (the top directory) and partitioned
+// (partitioned/); they carry the same versions and one version table, so a table keeps
+// the layout it was created with and every later version exists in both.
 package migrations
 
 import (
@@ -18,8 +21,61 @@ import (
 	"github.com/outboxd/outboxd/table"
 )
 
-//go:embed *.sql
+//go:embed *.sql partitioned/*.sql
 var files embed.FS
+
+// Layout is the storage shape of the outbox table. Both layouts have the same columns,
+// constraints, indexes, trigger, functions and view, so producers and the dispatcher work
+// unchanged on either; they differ in how retention removes delivered rows.
+type Layout int
+
+const (
+	// Plain is one table; retention deletes delivered rows. The default.
+	Plain Layout = iota
+	// Partitioned is range-partitioned by created_at, with a default partition for rows
+	// no time partition covers; retention drops whole partitions. The time partitions are
+	// created and dropped at run time (store/partitions.go).
+	Partitioned
+)
+
+func (l Layout) String() string {
+	if l == Partitioned {
+		return "partitioned"
+	}
+	return "plain"
+}
+
+// relkind is the pg_class.relkind of a table created with this layout.
+func (l Layout) relkind() string {
+	if l == Partitioned {
+		return "p"
+	}
+	return "r"
+}
+
+// source is the directory of this layout's files.
+func (l Layout) source() (fs.FS, error) {
+	switch l {
+	case Plain:
+		return files, nil
+	case Partitioned:
+		return fs.Sub(files, "partitioned")
+	}
+	return nil, fmt.Errorf("unknown migration layout %d", int(l))
+}
+
+// sqlFiles lists the migration files of a layout (its directory's *.sql, not below).
+func (l Layout) sqlFiles() (fs.FS, []string, error) {
+	src, err := l.source()
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := fs.Glob(src, "*.sql")
+	if err != nil {
+		return nil, nil, err
+	}
+	return src, names, nil
+}
 
 // The default names as they are spelled in the files: the channel literal, the schema,
 // the qualified table and objects derived from it ("messages_<suffix>", qualified or not).
@@ -29,22 +85,25 @@ var (
 	versionPrefix = regexp.MustCompile(`^(\d+)_[a-z0-9_]+\.(up|down)\.sql$`)
 )
 
-// Render returns the migration files with the default names replaced by n's.
-func Render(n table.Name) (fs.FS, error) {
+// Render returns the plain layout's migration files with the default names replaced by n's.
+func Render(n table.Name) (fs.FS, error) { return Plain.Render(n) }
+
+// Render returns the layout's migration files with the default names replaced by n's.
+func (l Layout) Render(n table.Name) (fs.FS, error) {
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
-	out := fstest.MapFS{}
-	entries, err := fs.ReadDir(files, ".")
+	src, names, err := l.sqlFiles()
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
-		b, err := fs.ReadFile(files, e.Name())
+	out := fstest.MapFS{}
+	for _, name := range names {
+		b, err := fs.ReadFile(src, name)
 		if err != nil {
 			return nil, err
 		}
-		out[e.Name()] = &fstest.MapFile{Data: []byte(renderSQL(string(b), n)), Mode: 0o444}
+		out[name] = &fstest.MapFile{Data: []byte(renderSQL(string(b), n)), Mode: 0o444}
 	}
 	return out, nil
 }
@@ -66,7 +125,8 @@ func renderSQL(sql string, n table.Name) string {
 }
 
 // Latest is the highest migration version embedded in this binary: the version a
-// dispatcher of this build expects to find.
+// dispatcher of this build expects to find, whichever the layout (a test holds both
+// layouts to the same versions).
 func Latest() uint {
 	versions, _ := Versions()
 	if len(versions) == 0 {
@@ -75,21 +135,24 @@ func Latest() uint {
 	return versions[len(versions)-1]
 }
 
-// Versions lists the embedded migration versions in ascending order.
-func Versions() ([]uint, error) {
-	entries, err := fs.ReadDir(files, ".")
+// Versions lists the plain layout's migration versions in ascending order.
+func Versions() ([]uint, error) { return Plain.Versions() }
+
+// Versions lists the layout's migration versions in ascending order.
+func (l Layout) Versions() ([]uint, error) {
+	_, names, err := l.sqlFiles()
 	if err != nil {
 		return nil, err
 	}
 	seen := map[uint]bool{}
-	for _, e := range entries {
-		m := versionPrefix.FindStringSubmatch(e.Name())
+	for _, name := range names {
+		m := versionPrefix.FindStringSubmatch(name)
 		if m == nil {
-			return nil, fmt.Errorf("migration file %s does not follow <version>_<name>.(up|down).sql", e.Name())
+			return nil, fmt.Errorf("migration file %s does not follow <version>_<name>.(up|down).sql", name)
 		}
 		v, err := strconv.ParseUint(m[1], 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("migration file %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("migration file %s: %w", name, err)
 		}
 		seen[uint(v)] = true
 	}
@@ -101,13 +164,16 @@ func Versions() ([]uint, error) {
 	return versions, nil
 }
 
-// Script returns the rendered SQL of every migration in one direction, in the order it
-// would be applied, for operators who apply schema changes with psql.
-func Script(n table.Name, direction string) (string, error) {
+// Script returns the plain layout's rendered SQL of every migration in one direction.
+func Script(n table.Name, direction string) (string, error) { return Plain.Script(n, direction) }
+
+// Script returns the layout's rendered SQL of every migration in one direction, in the
+// order it would be applied, for operators who apply schema changes with psql.
+func (l Layout) Script(n table.Name, direction string) (string, error) {
 	if direction != "up" && direction != "down" {
 		return "", fmt.Errorf("direction must be up or down, got %q", direction)
 	}
-	rendered, err := Render(n)
+	rendered, err := l.Render(n)
 	if err != nil {
 		return "", err
 	}

@@ -27,12 +27,16 @@ func migrateCmd(ctx context.Context, e env) error {
 		return err
 	}
 	n := cfg.Table()
+	layout := migrations.Plain
+	if cfg.Janitor.Partitions.Enabled {
+		layout = migrations.Partitioned
+	}
 
 	if sub == "sql" {
 		if fs.NArg() != 1 {
 			return usageError{"migrate sql: want the direction, up or down"}
 		}
-		script, err := migrations.Script(n, fs.Arg(0))
+		script, err := layout.Script(n, fs.Arg(0))
 		if err != nil {
 			return usageError{"migrate sql: " + err.Error()}
 		}
@@ -61,7 +65,7 @@ func migrateCmd(ctx context.Context, e env) error {
 		return usageError{fmt.Sprintf("migrate: unknown subcommand %q", sub)}
 	}
 
-	m, err := migrations.Open(ctx, cfg.DatabaseURL, n)
+	m, err := layout.Open(ctx, cfg.DatabaseURL, n)
 	if err != nil {
 		return err
 	}
