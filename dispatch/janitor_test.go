@@ -1,12 +1,14 @@
 package dispatch_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -147,5 +149,52 @@ func TestTheSamplerReportsEveryStreamsBacklog(t *testing.T) {
 	}
 	if idle != (events.Backlog{Stream: "idle"}) {
 		t.Fatalf("a stream without rows must report zeros, not be absent: %+v", idle)
+	}
+}
+
+func TestOnAPartitionedTableTheJanitorKeepsPartitionsAndReportsDefaultRowsInsteadOfDeleting(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPGLayout(t, migrations.Partitioned)
+	st, err := store.New(pg.Pool, pg.Table)
+	must(t, err)
+	ctx := context.Background()
+	rec := newRecorder()
+	j := dispatch.NewJanitor(dispatch.JanitorConfig{
+		Retention:  time.Hour,
+		Partitions: dispatch.NewPartitions(st, 24*time.Hour, 3, time.Hour, nil),
+	}, st, rec, nil)
+	ran, err := j.Cycle(ctx)
+	if err != nil || !ran {
+		t.Fatalf("cycle: ran=%v err=%v", ran, err)
+	}
+	created := 0
+	rec.mu.Lock()
+	seen := append([]events.Event(nil), rec.events...)
+	rec.mu.Unlock()
+	for _, e := range seen {
+		if p, ok := e.(events.PartitionChanged); ok && p.Created {
+			created++
+		}
+	}
+	if created < 3 {
+		t.Fatalf("%d partitions created ahead, want at least 3", created)
+	}
+	// A row dated outside every partition lands in the default one and is reported;
+	// an old delivered row inside a live partition is not deleted row by row.
+	_, err = pg.Pool.Exec(ctx, `INSERT INTO `+pg.Table.Qualified()+` (stream, topic, payload, created_at) VALUES ('s', 't', 'x', now() + interval '400 days')`)
+	must(t, err)
+	_, err = pg.Pool.Exec(ctx, `INSERT INTO `+pg.Table.Qualified()+` (stream, topic, payload, status, published_at) VALUES ('s', 't', 'x', 'delivered', now() - interval '2 hours')`)
+	must(t, err)
+	if _, err := j.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, time.Second, "default partition rows", func(e events.Event) bool {
+		d, ok := e.(events.DefaultPartitionRows)
+		return ok && d.Rows == 1
+	})
+	var delivered int
+	must(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pg.Table.Qualified()+` WHERE status = 'delivered'`).Scan(&delivered))
+	if delivered != 1 {
+		t.Fatalf("the janitor deleted delivered rows of a partitioned table (%d left); retention there is a DROP", delivered)
 	}
 }

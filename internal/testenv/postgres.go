@@ -168,11 +168,17 @@ type PG struct {
 // The schema is dropped when t ends.
 func NewPG(t testing.TB) *PG {
 	t.Helper()
+	return NewPGLayout(t, migrations.Plain)
+}
+
+// NewPGLayout is NewPG with the given migration layout (plain or partitioned).
+func NewPGLayout(t testing.TB, layout migrations.Layout) *PG {
+	t.Helper()
 	dsn := SharedDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n := table.Name{Schema: "t_" + randomSuffix(), Table: "messages"}
-	if err := migrations.Up(ctx, dsn, n); err != nil {
+	if err := layout.Up(ctx, dsn, n); err != nil {
 		t.Fatalf("testenv: migrate %s: %v", n, err)
 	}
 	pool, err := pgxpool.New(ctx, dsn)
