@@ -1,0 +1,133 @@
+// Package admin serves outboxd's HTTP endpoints: health and readiness probes, metrics,
+// and the operators' API (stats, message listing, requeue). Its wire types and request
+// parsing are shared with the CLI (`outboxd stats`, `messages`, `requeue`), so both
+// answer in the same shape and refuse the same mistakes with the same words.
+//
+// Invariants: nothing changes through HTTP unless an admin token is configured and the
+// request presents it (compared in constant time); no response carries a secret, since
+// drivers are described from their configuration with credentials stripped; and every
+// error is JSON, {"error": "…"}, naming what is wrong.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/table"
+)
+
+// Store is what the admin endpoints need from the database.
+type Store interface {
+	Table() table.Name
+	Ping(ctx context.Context) error
+	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
+	Backlogs(ctx context.Context, streams []string) ([]store.Backlog, error)
+	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
+	RequeueIDs(ctx context.Context, ids []int64) (int64, error)
+	RequeueFailed(ctx context.Context, f store.RequeueFilter) (store.RequeueResult, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Options configures the handler. Store is required; everything else may be zero.
+type Options struct {
+	Store Store
+	// Streams and Drivers are the configured ones, as Describe returns them.
+	Streams []Stream
+	Drivers []Driver
+	// AdminToken enables the mutating endpoints; empty disables them.
+	AdminToken config.Secret
+	// Ready lists readiness checks beyond the built-in database and schema checks
+	// (the wiring adds the notification listener). A broker being down is not a
+	// readiness failure: it is a per-stream state, shown in stats.
+	Ready []Check
+	// Metrics serves GET /metrics; nil answers 404.
+	Metrics http.Handler
+	// Breakers returns each stream's circuit-breaker state (closed, open, half-open);
+	// nil leaves the state out of stats.
+	Breakers func() map[string]string
+	Logger   *slog.Logger
+	// Now is the clock relative times ("since=2h") are counted back from; nil is
+	// time.Now.
+	Now func() time.Time
+}
+
+// Check is one readiness check: Probe returns nil when ready, or why not.
+type Check struct {
+	Name  string
+	Probe func(ctx context.Context) error
+}
+
+// maxBodyBytes caps a request body.
+const maxBodyBytes = 1 << 20
+
+// requestTimeout bounds the database work of one request.
+const requestTimeout = 30 * time.Second
+
+type server struct {
+	opt Options
+	// mutable is set when an admin token is configured; tokenHash is its SHA-256 (the
+	// token itself is not kept).
+	mutable   bool
+	tokenHash [sha256.Size]byte
+	log       *slog.Logger
+	now       func() time.Time
+}
+
+// New returns the handler for every endpoint. It panics without a Store, a wiring
+// mistake rather than a runtime condition.
+func New(opt Options) http.Handler {
+	if opt.Store == nil {
+		panic("admin: Options.Store is required")
+	}
+	s := &server{opt: opt, log: opt.Logger, now: opt.Now}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "admin")
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if opt.AdminToken != "" {
+		s.mutable, s.tokenHash = true, sha256.Sum256([]byte(opt.AdminToken.Reveal()))
+	}
+	s.opt.AdminToken = "" // not needed past this point
+
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", only(http.MethodGet, http.HandlerFunc(s.healthz)))
+	mux.Handle("/readyz", only(http.MethodGet, http.HandlerFunc(s.readyz)))
+	mux.Handle("/metrics", only(http.MethodGet, http.HandlerFunc(s.metrics)))
+	mux.Handle("/api/v1/stats", only(http.MethodGet, http.HandlerFunc(s.stats)))
+	mux.Handle("/api/v1/messages", only(http.MethodGet, http.HandlerFunc(s.messages)))
+	mux.Handle("/api/v1/messages/requeue", only(http.MethodPost, http.HandlerFunc(s.requeue)))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no endpoint "+r.URL.Path+
+			": see /healthz, /readyz, /metrics, /api/v1/stats, /api/v1/messages, /api/v1/messages/requeue")
+	})
+	return mux
+}
+
+// only answers 405 with a JSON error to any method but m (and HEAD for GET).
+func only(m string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m && (m != http.MethodGet || r.Method != http.MethodHead) {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; use "+m)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.opt.Metrics == nil {
+		writeError(w, http.StatusNotFound, "metrics are not served by this process")
+		return
+	}
+	s.opt.Metrics.ServeHTTP(w, r)
+}

@@ -1,0 +1,168 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+func (s *server) stats(w http.ResponseWriter, r *http.Request) {
+	if !s.noParams(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	var breakers map[string]string
+	if s.opt.Breakers != nil {
+		breakers = s.opt.Breakers()
+	}
+	st, err := CollectStats(ctx, s.opt.Store, s.opt.Store.Table().String(), s.opt.Streams, s.opt.Drivers, breakers)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// messageParams are the query parameters GET /api/v1/messages accepts.
+var messageParams = []string{"status", "stream", "since", "until", "cursor", "limit"}
+
+func (s *server) messages(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := checkParams(q, messageParams); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f, err := MessageQuery{
+		Status: q.Get("status"), Stream: q.Get("stream"), Since: q.Get("since"), Until: q.Get("until"),
+		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
+	}.Filter(s.now())
+	if err != nil {
+		s.fail(w, r, badRequest("%v", err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	page, err := ListPage(ctx, s.opt.Store, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) || !s.noParams(w, r) {
+		return
+	}
+	var req RequeueRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p, err := req.plan(s.now())
+	if err != nil {
+		s.fail(w, r, badRequest("%v", err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	var n int64
+	if p.ids != nil {
+		n, err = s.opt.Store.RequeueIDs(ctx, p.ids)
+	} else {
+		var res store.RequeueResult
+		res, err = s.opt.Store.RequeueFailed(ctx, p.filter)
+		n = res.Requeued
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("requeued failed messages", "requeued", n, "ids", len(p.ids), "stream", p.filter.Stream,
+		"since", p.filter.Since, "until", p.filter.Until, "limit", p.filter.Limit, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, RequeueResponse{Requeued: n})
+}
+
+// authorized admits a request presenting the configured admin token as a bearer token,
+// comparing SHA-256 digests in constant time so that neither the token's content nor
+// its length leaks through timing. It answers the refusal itself.
+func (s *server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if !s.mutable {
+		writeError(w, http.StatusForbidden, "mutation is disabled: no http.admin_token is configured "+
+			"(set OUTBOXD_HTTP__ADMIN_TOKEN to enable requeue over HTTP)")
+		return false
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
+		writeError(w, http.StatusUnauthorized, "this endpoint needs the header Authorization: Bearer <http.admin_token>")
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd", error="invalid_token"`)
+		s.log.Warn("admin request with a wrong token refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+		writeError(w, http.StatusUnauthorized, "the bearer token does not match http.admin_token")
+		return false
+	}
+	return true
+}
+
+// noParams refuses query parameters on an endpoint that takes none, so that a typo
+// is not silently ignored.
+func (s *server) noParams(w http.ResponseWriter, r *http.Request) bool {
+	if err := checkParams(r.URL.Query(), nil); err != nil {
+		s.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
+func checkParams(q url.Values, allowed []string) error {
+	var unknown []string
+	for k, v := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || a == k
+		}
+		switch {
+		case !known:
+			unknown = append(unknown, k)
+		case len(v) > 1:
+			return badRequest("query parameter %s is given %d times; give it once", k, len(v))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	if len(allowed) == 0 {
+		return badRequest("this endpoint takes no query parameters, got %s", strings.Join(unknown, ", "))
+	}
+	return badRequest("unknown query parameter %s; this endpoint takes %s", strings.Join(unknown, ", "), strings.Join(allowed, ", "))
+}
+
+// fail answers err: a client mistake with its own status, anything else (the database)
+// with 500 and the error's text, which names the operation and the table and never a
+// credential. Server-side failures are logged: the operator reads logs, not responses.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var re *requestError
+	if errors.As(err, &re) {
+		writeError(w, re.status, re.msg)
+		return
+	}
+	status := http.StatusInternalServerError
+	if errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusServiceUnavailable
+	}
+	s.log.Error("admin request failed", "path", r.URL.Path, "err", err)
+	writeError(w, status, err.Error())
+}

@@ -1,0 +1,286 @@
+package admin
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+// Paging limits of the message listing.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 1000
+)
+
+// Requeue-by-filter limits of one request.
+const (
+	DefaultRequeueLimit = 1000
+	MaxRequeueLimit     = store.MaxRequeueBatch
+)
+
+// Stats is the answer of GET /api/v1/stats and of `outboxd stats --json`.
+type Stats struct {
+	Table   string        `json:"table"`
+	Streams []StreamStats `json:"streams"`
+	Drivers []Driver      `json:"drivers"`
+}
+
+// StreamStats is one stream's backlog and, where a dispatcher answers, its breaker.
+type StreamStats struct {
+	Stream string `json:"stream"`
+	Driver string `json:"driver,omitempty"`
+	// Breaker is closed, open or half-open; omitted where no dispatcher runs (the CLI).
+	Breaker                 string  `json:"breaker,omitempty"`
+	Pending                 int64   `json:"pending"`
+	Leased                  int64   `json:"leased"`
+	Failed                  int64   `json:"failed"`
+	Deferred                int64   `json:"deferred"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+}
+
+// BacklogStore is what CollectStats reads.
+type BacklogStore interface {
+	Backlogs(ctx context.Context, streams []string) ([]store.Backlog, error)
+}
+
+// CollectStats samples the streams' backlogs. breakers may be nil.
+func CollectStats(ctx context.Context, st BacklogStore, tableName string, streams []Stream, drivers []Driver,
+	breakers map[string]string) (Stats, error) {
+	out := Stats{Table: tableName, Streams: []StreamStats{}, Drivers: drivers}
+	if out.Drivers == nil {
+		out.Drivers = []Driver{}
+	}
+	if len(streams) == 0 {
+		return out, nil
+	}
+	names := make([]string, len(streams))
+	for i, s := range streams {
+		names[i] = s.Name
+	}
+	backlogs, err := st.Backlogs(ctx, names)
+	if err != nil {
+		return Stats{}, err
+	}
+	for i, b := range backlogs {
+		out.Streams = append(out.Streams, StreamStats{
+			Stream: b.Stream, Driver: streams[i].Driver, Breaker: breakers[b.Stream],
+			Pending: b.Pending, Leased: b.Leased, Failed: b.Failed, Deferred: b.Deferred,
+			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(),
+		})
+	}
+	return out, nil
+}
+
+// Message is one row in a listing: every column but the payload and headers.
+type Message struct {
+	ID            int64      `json:"id"`
+	Stream        string     `json:"stream"`
+	Topic         string     `json:"topic"`
+	Key           string     `json:"key"`
+	Status        string     `json:"status"`
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	CreatedAt     time.Time  `json:"created_at"`
+	AvailableAt   time.Time  `json:"available_at"`
+	PublishedAt   *time.Time `json:"published_at"`
+	DeferredSince *time.Time `json:"deferred_since"`
+	Owner         string     `json:"owner"`
+	LeaseUntil    *time.Time `json:"lease_until"`
+	MessageID     string     `json:"message_id"`
+	PayloadBytes  int64      `json:"payload_bytes"`
+}
+
+// MessagePage is the answer of GET /api/v1/messages and of `outboxd messages --json`.
+// NextCursor is set when more rows match: pass it as cursor to get them.
+type MessagePage struct {
+	Messages   []Message `json:"messages"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+func newMessage(m store.MessageSummary) Message {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return Message{
+		ID: m.ID, Stream: m.Stream, Topic: m.Topic, Key: m.Key, Status: m.Status, Attempts: m.Attempts,
+		LastError: m.LastError, CreatedAt: m.CreatedAt, AvailableAt: m.AvailableAt,
+		PublishedAt: opt(m.PublishedAt), DeferredSince: opt(m.DeferredSince), Owner: m.Owner,
+		LeaseUntil: opt(m.LeaseUntil), MessageID: m.MessageID, PayloadBytes: m.PayloadBytes,
+	}
+}
+
+// Lister is what ListPage reads.
+type Lister interface {
+	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
+}
+
+// ListPage reads one page of f (f.Limit rows at most) and the cursor of the next page,
+// if any row is left: it asks for one row more than it returns.
+func ListPage(ctx context.Context, st Lister, f store.MessageFilter) (MessagePage, error) {
+	limit := f.Limit
+	f.Limit++
+	rows, err := st.ListMessages(ctx, f)
+	if err != nil {
+		return MessagePage{}, err
+	}
+	page := MessagePage{Messages: make([]Message, 0, min(len(rows), limit))}
+	for i, r := range rows {
+		if i == limit {
+			page.NextCursor = EncodeCursor(rows[i-1].ID)
+			break
+		}
+		page.Messages = append(page.Messages, newMessage(r))
+	}
+	return page, nil
+}
+
+// EncodeCursor makes the opaque cursor that resumes a listing after id.
+func EncodeCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id, 10)))
+}
+
+// DecodeCursor reads a cursor made by EncodeCursor.
+func DecodeCursor(c string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	var id int64
+	if err == nil {
+		id, err = strconv.ParseInt(string(b), 10, 64)
+	}
+	if err != nil || id < 1 {
+		return 0, fmt.Errorf("cursor %q is not one this API handed out: pass next_cursor from the previous page unchanged", c)
+	}
+	return id, nil
+}
+
+// MessageQuery is a listing request as text, from URL parameters or command-line flags.
+type MessageQuery struct {
+	Status, Stream, Since, Until, Cursor, Limit string
+}
+
+// Filter checks every field and returns the store filter, or every problem found,
+// each naming its field. Relative times count back from now.
+func (q MessageQuery) Filter(now time.Time) (store.MessageFilter, error) {
+	f := store.MessageFilter{Stream: q.Stream, Status: q.Status, Limit: DefaultPageLimit}
+	var problems []string
+	if q.Status != "" {
+		if err := store.CheckStatus(q.Status); err != nil {
+			problems = append(problems, "status: "+err.Error())
+		}
+	}
+	var err error
+	if f.Since, err = ParseTime(q.Since, now); err != nil {
+		problems = append(problems, "since: "+err.Error())
+	}
+	if f.Until, err = ParseTime(q.Until, now); err != nil {
+		problems = append(problems, "until: "+err.Error())
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		problems = append(problems, fmt.Sprintf("until (%s) must be after since (%s)",
+			f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339)))
+	}
+	if q.Cursor != "" {
+		if f.AfterID, err = DecodeCursor(q.Cursor); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if q.Limit != "" {
+		n, err := strconv.Atoi(q.Limit)
+		if err != nil || n < 1 || n > MaxPageLimit {
+			problems = append(problems, fmt.Sprintf("limit: want a whole number from 1 to %d, got %q", MaxPageLimit, q.Limit))
+		}
+		f.Limit = n
+	}
+	if len(problems) > 0 {
+		return store.MessageFilter{}, errors.New(strings.Join(problems, "; "))
+	}
+	return f, nil
+}
+
+// ParseTime reads an RFC 3339 time (2024-05-01T12:00:00Z) or a duration before now
+// (90m, 2h, 36h); "" is the zero time (no bound).
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time such as 2024-05-01T12:00:00Z "+
+		"nor a positive duration before now such as 90m or 2h", s)
+}
+
+// RequeueRequest is the body of POST /api/v1/messages/requeue: either IDs, or a
+// Stream with an optional created_at window and a Limit.
+type RequeueRequest struct {
+	IDs    []int64 `json:"ids,omitempty"`
+	Stream string  `json:"stream,omitempty"`
+	Since  string  `json:"since,omitempty"`
+	Until  string  `json:"until,omitempty"`
+	Limit  *int    `json:"limit,omitempty"`
+}
+
+// RequeueResponse is the answer to a requeue, and `outboxd requeue --json`.
+type RequeueResponse struct {
+	Requeued int64 `json:"requeued"`
+}
+
+// requeuePlan is a checked RequeueRequest: ids, or a filter.
+type requeuePlan struct {
+	ids    []int64
+	filter store.RequeueFilter
+}
+
+func (r RequeueRequest) plan(now time.Time) (requeuePlan, error) {
+	filtered := r.Stream != "" || r.Since != "" || r.Until != "" || r.Limit != nil
+	switch {
+	case r.IDs != nil && filtered:
+		return requeuePlan{}, errors.New("give either ids or a filter (stream, since, until, limit), not both")
+	case r.IDs != nil:
+		if len(r.IDs) == 0 || len(r.IDs) > MaxRequeueLimit {
+			return requeuePlan{}, fmt.Errorf("ids: want 1 to %d ids, got %d", MaxRequeueLimit, len(r.IDs))
+		}
+		for _, id := range r.IDs {
+			if id < 1 {
+				return requeuePlan{}, fmt.Errorf("ids: %d is not a message id (ids are positive)", id)
+			}
+		}
+		return requeuePlan{ids: r.IDs}, nil
+	case r.Stream == "":
+		return requeuePlan{}, errors.New("name the messages to requeue: {\"ids\": [...]}, or {\"stream\": \"...\"} " +
+			"with optional since, until (created_at) and limit")
+	}
+	f := store.RequeueFilter{Stream: r.Stream, Limit: DefaultRequeueLimit}
+	var problems []string
+	var err error
+	if f.Since, err = ParseTime(r.Since, now); err != nil {
+		problems = append(problems, "since: "+err.Error())
+	}
+	if f.Until, err = ParseTime(r.Until, now); err != nil {
+		problems = append(problems, "until: "+err.Error())
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		problems = append(problems, "until must be after since")
+	}
+	if r.Limit != nil {
+		if *r.Limit < 1 || *r.Limit > MaxRequeueLimit {
+			problems = append(problems, fmt.Sprintf("limit: want 1 to %d, got %d (requeue more in several requests)", MaxRequeueLimit, *r.Limit))
+		}
+		f.Limit = *r.Limit
+	}
+	if len(problems) > 0 {
+		return requeuePlan{}, errors.New(strings.Join(problems, "; "))
+	}
+	return requeuePlan{filter: f}, nil
+}
