@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/jetstream"
@@ -23,24 +25,39 @@ import (
 )
 
 // dispatcher is everything `outboxd run` starts: the pool, the router with its
-// drivers, one pipeline per stream and the listener.
+// drivers, one pipeline per stream, the listener, janitor and sampler, and the event
+// bus with the dead-letter forwarder.
 type dispatcher struct {
-	pool      *pgxpool.Pool
-	store     *store.Store
-	router    *router.Router
-	pipelines []*dispatch.Pipeline
-	listener  *dispatch.Listener
-	janitor   *dispatch.Janitor
-	sampler   *dispatch.Sampler
-	log       *slog.Logger
+	pool       *pgxpool.Pool
+	store      *store.Store
+	router     *router.Router
+	drivers    map[string]router.Driver
+	pipelines  []*dispatch.Pipeline
+	listener   *dispatch.Listener
+	janitor    *dispatch.Janitor
+	sampler    *dispatch.Sampler
+	bus        *events.Bus
+	deadLetter *dispatch.DeadLetterForwarder
+	log        *slog.Logger
 }
 
 // dispatcherOptions adjust a dispatcher for callers other than `run` (demo, tests).
 type dispatcherOptions struct {
 	migrate bool
-	emit    dispatch.Emitter
-	// wrap, when set, wraps each stream's publisher (the demo times confirmations).
+	// subscribe, when set, adds subscribers to the bus before anything emits (metrics,
+	// the admin API's breaker board, tests).
+	subscribe func(bus *events.Bus)
+	// wrap, when set, wraps each stream's publisher (tracing; the demo times
+	// confirmations).
 	wrap func(stream string, p dispatch.Publisher) dispatch.Publisher
+}
+
+// layout is the migration layout the configuration asks for.
+func layout(cfg *config.Config) migrations.Layout {
+	if cfg.Janitor.Partitions.Enabled {
+		return migrations.Partitioned
+	}
+	return migrations.Plain
 }
 
 // newDispatcher builds a dispatcher from a validated configuration. A broker that is
@@ -52,12 +69,12 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	n := cfg.Table()
 	if opt.migrate {
-		if err := migrations.Up(ctx, cfg.DatabaseURL, n); err != nil {
+		if err := layout(cfg).Up(ctx, cfg.DatabaseURL, n); err != nil {
 			return nil, err
 		}
 	}
 
-	d := &dispatcher{log: logger}
+	d := &dispatcher{log: logger, bus: events.NewBus(logger)}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -87,6 +104,15 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err := checkSchema(ctx, d.store); err != nil {
 		return nil, err
 	}
+	if cfg.Janitor.Partitions.Enabled {
+		partitioned, err := d.store.Partitioned(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !partitioned {
+			return nil, fmt.Errorf("janitor.partitions.enabled is true but %s is not partitioned: see docs/partitioning.md to convert it", n)
+		}
+	}
 
 	drivers := map[string]router.Driver{}
 	for _, name := range sortedKeys(cfg.Drivers) {
@@ -99,6 +125,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		}
 		drivers[name] = drv
 	}
+	d.drivers = drivers
 	var routes []router.Route
 	for _, stream := range sortedKeys(cfg.Streams) {
 		s := cfg.Streams[stream]
@@ -122,7 +149,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		if opt.wrap != nil {
 			pub = opt.wrap(stream, pub)
 		}
-		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.store, pub, opt.emit,
+		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.store, pub, d.bus,
 			logger.With("driver", s.Driver))
 		if err != nil {
 			return nil, err
@@ -134,12 +161,28 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", err)
 	}
-	d.listener = dispatch.NewListener(listenConfig, n, wakers, opt.emit, logger)
+	d.listener = dispatch.NewListener(listenConfig, n, wakers, d.bus, logger)
 	j := cfg.Janitor
-	d.janitor = dispatch.NewJanitor(dispatch.JanitorConfig{
-		Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch,
-	}, d.store, opt.emit, logger)
-	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, opt.emit, logger)
+	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
+	if j.Partitions.Enabled {
+		jc.Partitions = dispatch.NewPartitions(d.store, j.Partitions.Interval, j.Partitions.Ahead, j.Retention, logger)
+	}
+	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
+	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+
+	var dead []dispatch.DeadLetterRoute
+	for _, stream := range d.router.Streams() {
+		if dl := cfg.Streams[stream].DeadLetter; dl.Driver != "" {
+			dead = append(dead, dispatch.DeadLetterRoute{Stream: stream, Topic: dl.Topic, Publisher: drivers[dl.Driver]})
+		}
+	}
+	if len(dead) > 0 {
+		d.deadLetter = dispatch.NewDeadLetterForwarder(dead, d.bus, logger, dispatch.DeadLetterOptions{})
+		d.bus.SubscribeAsync("deadletter", 4096, d.deadLetter.Handle, events.Filter(d.deadLetter.Wants))
+	}
+	if opt.subscribe != nil {
+		opt.subscribe(d.bus)
+	}
 	return d, nil
 }
 
@@ -203,20 +246,32 @@ func (d *dispatcher) run(ctx context.Context) error {
 	err := g.Wait()
 	stopBackground()
 	background.Wait()
+	// The bus drains last, while the drivers are still open, so the dead letters of the
+	// final batches are forwarded; then the forwarder stops retrying.
+	busCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if berr := d.bus.Close(busCtx); berr != nil {
+		d.log.Warn("event bus did not drain before shutdown", "err", berr)
+	}
+	if d.deadLetter != nil {
+		d.deadLetter.Close()
+	}
 	return errors.Join(err, d.close())
 }
 
 func (d *dispatcher) close() error {
-	var err error
-	if d.router != nil {
-		err = d.router.Close()
-		d.router = nil
+	var errs []error
+	for _, name := range sortedKeys(d.drivers) { // every driver once, dead-letter ones too
+		if err := d.drivers[name].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close driver %s: %w", name, err))
+		}
 	}
+	d.drivers, d.router = nil, nil
 	if d.pool != nil {
 		d.pool.Close()
 		d.pool = nil
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

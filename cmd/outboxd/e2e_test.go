@@ -387,3 +387,38 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestAMessageFailedForGoodIsForwardedToItsStreamsDeadLetterDestination(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	orders := w.cfg.Streams["orders"]
+	orders.DeadLetter = config.DeadLetter{Driver: "nats", Topic: "dlq.orders"}
+	w.cfg.Streams = map[string]config.Stream{"orders": orders}
+	must(t, w.cfg.Validate())
+
+	nc, err := natsgo.Connect(w.core.URL())
+	must(t, err)
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("dlq.orders")
+	must(t, err)
+	must(t, nc.Flush())
+
+	var id int64
+	must(t, w.pg.Pool.QueryRow(w.ctx, `INSERT INTO `+w.pg.Table.Qualified()+` (stream, topic, key, headers, payload)
+		VALUES ('orders', 'no-such-topic', 'k-1', '{"trace": "abc"}', 'the body') RETURNING id`).Scan(&id))
+	w.startDispatcher(t, "replica-a")
+	m, err := sub.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("no dead letter arrived: %v", err)
+	}
+	if string(m.Data) != "the body" || m.Header.Get("trace") != "abc" || m.Header.Get(router.HeaderID) != strconv.FormatInt(id, 10) ||
+		m.Header.Get("Outbox-Dead-Letter-Stream") != "orders" || m.Header.Get("Outbox-Dead-Letter-Topic") != "no-such-topic" ||
+		!strings.Contains(m.Header.Get("Outbox-Dead-Letter-Error"), "no-such-topic") {
+		t.Fatalf("dead letter: %q headers %v", m.Data, m.Header)
+	}
+	var status string
+	must(t, w.pg.Pool.QueryRow(w.ctx, `SELECT status FROM `+w.pg.Table.Qualified()+` WHERE id = $1`, id).Scan(&status))
+	if status != "failed" {
+		t.Fatalf("the row is %s after dead-lettering; it must stay failed", status)
+	}
+}

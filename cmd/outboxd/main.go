@@ -32,6 +32,12 @@ Commands:
   demo [--messages N] [--json]
                              produce, dispatch and consume N messages through an
                              embedded NATS JetStream, then show what arrived
+  stats [--json]             each stream's backlog: pending, leased, failed, deferred,
+                             oldest pending age
+  messages [--status S] [--stream S] [--since T] [--until T] [--limit N] [--cursor C] [--json]
+                             list messages (no payloads), one page at a time
+  requeue (--ids 1,2,3 | --stream S [--since T] [--until T] (--limit N | --all)) [--json]
+                             put failed messages back in line, attempts reset
   migrate up                 apply every pending schema migration
   migrate down (N | --all)   revert N migrations, or all of them
   migrate version            print the applied and the expected schema version
@@ -86,6 +92,12 @@ func runCommand(ctx context.Context, e env) error {
 		return runCmd(ctx, e)
 	case "demo":
 		return demoCmd(ctx, e)
+	case "stats":
+		return statsCmd(ctx, e)
+	case "messages":
+		return messagesCmd(ctx, e)
+	case "requeue":
+		return requeueCmd(ctx, e)
 	case "migrate":
 		return migrateCmd(ctx, e)
 	case "config":

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/tracing"
 )
 
 func runCmd(ctx context.Context, e env) error {
@@ -25,12 +29,39 @@ func runCmd(ctx context.Context, e env) error {
 	}
 	logger := newLogger(cfg.Log, e.stderr)
 	logger.Info("outboxd starting", "version", version, "config", cfg)
-	d, err := newDispatcher(ctx, cfg, logger, dispatcherOptions{migrate: *migrate})
+
+	tp, shutdownTracing, err := tracing.Setup(ctx, cfg.Tracing, version)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flush traces", "err", err)
+		}
+	}()
+	opt := dispatcherOptions{migrate: *migrate}
+	if cfg.Tracing.Enabled { // off: publishers are not wrapped at all
+		opt.wrap = func(stream string, p dispatch.Publisher) dispatch.Publisher {
+			return tracing.Wrap(p, tp, cfg.Drivers[cfg.Streams[stream].Driver].Type)
+		}
+	}
+	var adm adminServer
+	opt.subscribe = adm.subscribe(sortedKeys(cfg.Streams))
+
+	d, err := newDispatcher(ctx, cfg, logger, opt)
+	if err != nil {
+		return err
+	}
+	stopAdmin, err := adm.start(cfg, d, nil, logger)
+	if err != nil {
+		return errors.Join(err, d.close())
+	}
 	logger.Info("dispatching", "streams", len(d.pipelines), "table", cfg.Table().String())
 	err = d.run(ctx)
+	// The admin endpoints stop last, so /metrics and /healthz answer during the drain.
+	err = errors.Join(err, stopAdmin())
 	logger.Info("outboxd stopped", "err", err)
 	return err
 }

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +33,22 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// adminAddr reads the admin listener's address from run's start-up log.
+func adminAddr(t *testing.T, logs *syncBuffer) string {
+	t.Helper()
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var l struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "admin endpoints listening" {
+			return l.Addr
+		}
+	}
+	t.Fatalf("no admin listener in the logs:\n%s", logs.String())
+	return ""
+}
+
 func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.EmptyDatabase(t)
@@ -43,6 +61,7 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 		"OUTBOXD_STREAMS__ORDERS__DRIVER=bus",
 		"OUTBOXD_STREAMS__ORDERS__POLL_INTERVAL=50ms",
 		"OUTBOXD_REPLICA_ID=run-test",
+		"OUTBOXD_HTTP__ADDR=127.0.0.1:0",
 	}
 	// Without --migrate, a fresh database is refused with the fix named.
 	code, _, errOut := outboxd(t, environ, "run")
@@ -82,6 +101,29 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The admin endpoints answer while it runs, without secrets.
+	addr := adminAddr(t, &stderr)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/v1/stats": 200, "/api/v1/messages/requeue": 403} {
+		method := http.MethodGet
+		if strings.HasSuffix(path, "requeue") {
+			method = http.MethodPost // no admin token configured: mutation is off
+		}
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(`{"ids":[1]}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: %d %s; want %d", method, path, resp.StatusCode, body, want)
+		}
+		if strings.Contains(string(body), "nats-secret-7a2c") || strings.Contains(string(body), "db-secret-93b1") {
+			t.Fatalf("%s leaked a secret: %s", path, body)
+		}
+	}
+
 	cancel() // SIGTERM
 	select {
 	case code := <-done:

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events"
+)
+
+// adminServer serves the admin endpoints of a running dispatcher.
+type adminServer struct {
+	breakers *admin.BreakerBoard
+}
+
+// subscribe puts the breaker board on the bus; it must run before anything emits.
+func (a *adminServer) subscribe(streams []string) func(bus *events.Bus) {
+	a.breakers = admin.NewBreakerBoard(streams)
+	return func(bus *events.Bus) {
+		bus.Subscribe("admin-breakers", a.breakers.Observe, events.Filter(admin.IsBreakerChange))
+	}
+}
+
+// start serves on http.addr ("" disables it) until the returned stop is called. It
+// listens before returning, so a bad or busy address fails the start.
+func (a *adminServer) start(cfg *config.Config, d *dispatcher, metrics http.Handler, logger *slog.Logger) (stop func() error, err error) {
+	if cfg.HTTP.Addr == "" {
+		return func() error { return nil }, nil
+	}
+	streams, drivers := admin.Describe(cfg)
+	var breakers func() map[string]string
+	if a.breakers != nil {
+		breakers = a.breakers.States
+	}
+	h := admin.New(admin.Options{
+		Store: d.store, Streams: streams, Drivers: drivers, AdminToken: cfg.HTTP.AdminToken,
+		Ready: []admin.Check{{Name: "listener", Probe: func(context.Context) error {
+			if d.listener.Connected() {
+				return nil
+			}
+			return errors.New("the LISTEN connection is down; reconnecting (polling continues meanwhile)")
+		}}},
+		Metrics: metrics, Breakers: breakers, Logger: logger,
+	})
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.addr: listen on %s: %w", cfg.HTTP.Addr, err)
+	}
+	logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "requeue_enabled", cfg.HTTP.AdminToken != "")
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- admin.ServeListener(ctx, ln, h) }()
+	return func() error { cancel(); return <-served }, nil
+}
