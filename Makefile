@@ -9,6 +9,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 endif
 
 GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFMT ?= gofmt
 # Extra arguments for go test, e.g. make test ARGS='-run TestX -v'
 ARGS ?=
@@ -35,8 +36,8 @@ vet: ## go vet ./...
 fmt: ## Format the .go files in place (gofmt -w)
 	$(if $(GOFILES),$(GOFMT) -l -w $(GOFILES))
 
-build: ## Build the binary into bin/outboxd
-	$(GO) build -o bin/outboxd ./cmd/outboxd
+build: ## Build the static binary into bin/outboxd (the build deploy/Dockerfile runs)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd ./cmd/outboxd
 
 bench: ## Run the benchmarks against an ensured PostgreSQL (ARGS= passed to go test)
 	@set -euo pipefail; trap 'outboxd_pg_stop || true' EXIT; . scripts/ensure-postgres.sh; \
