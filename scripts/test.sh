@@ -25,6 +25,24 @@ if ! command -v "$(go env CC)" >/dev/null 2>&1; then
 fi
 export CGO_ENABLED=1
 
+# The metrics test (events/metrics) runs the real Prometheus server and promtool, both in
+# the Debian package prometheus. Its packaged service is kept from starting (policy-rc.d).
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+	if (( EUID == 0 )) && command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: prometheus/promtool missing; installing the prometheus package (apt-get), service not started" >&2
+		policy=/usr/sbin/policy-rc.d created_policy= status=0
+		if [[ ! -e $policy ]]; then
+			printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && created_policy=1
+		fi
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; } >&2 || status=$?
+		if [[ -n $created_policy ]]; then rm -f "$policy"; fi
+		(( status == 0 )) || { echo "test.sh: installing prometheus failed" >&2; exit "$status"; }
+	else
+		echo "test.sh: the metrics test needs prometheus and promtool: sudo apt-get install -y --no-install-recommends prometheus" >&2
+		exit 1
+	fi
+fi
+
 trap 'if declare -F outboxd_pg_stop >/dev/null; then outboxd_pg_stop || true; fi' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM

@@ -9,8 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/tracing"
 )
 
@@ -47,14 +53,22 @@ func runCmd(ctx context.Context, e env) error {
 			return tracing.Wrap(p, tp, cfg.Drivers[cfg.Streams[stream].Driver].Type)
 		}
 	}
+	reg, m := newMetrics(cfg)
 	var adm adminServer
-	opt.subscribe = adm.subscribe(sortedKeys(cfg.Streams))
+	subscribeAdmin := adm.subscribe(sortedKeys(cfg.Streams))
+	opt.subscribe = func(bus *events.Bus) {
+		bus.Subscribe("metrics", m.Handle) // synchronous: sees every event, never drops
+		subscribeAdmin(bus)
+	}
 
 	d, err := newDispatcher(ctx, cfg, logger, opt)
 	if err != nil {
 		return err
 	}
-	stopAdmin, err := adm.start(cfg, d, nil, logger)
+	m.ObserveListener(d.listener)
+	m.ObserveBus(d.bus, "metrics", "admin-breakers", "deadletter")
+	stopAdmin, err := adm.start(cfg, d, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry: reg, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)}), logger)
 	if err != nil {
 		return errors.Join(err, d.close())
 	}
@@ -64,6 +78,22 @@ func runCmd(ctx context.Context, e env) error {
 	err = errors.Join(err, stopAdmin())
 	logger.Info("outboxd stopped", "err", err)
 	return err
+}
+
+// newMetrics registers the Go and process collectors and every outboxd series, created
+// at start for every configured stream and driver so alerts can tell zero from absent.
+func newMetrics(cfg *config.Config) (*prometheus.Registry, *metrics.Metrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	streams := make(map[string]string, len(cfg.Streams))
+	for name, s := range cfg.Streams {
+		streams[name] = s.Driver
+	}
+	drivers := make(map[string]string, len(cfg.Drivers))
+	for name, d := range cfg.Drivers {
+		drivers[name] = d.Type
+	}
+	return reg, metrics.New(reg, streams, drivers, metrics.BuildInfo{Version: version})
 }
 
 // newLogger builds the process logger from the log settings (validated by config).

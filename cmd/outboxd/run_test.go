@@ -103,7 +103,7 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 	// The admin endpoints answer while it runs, without secrets.
 	addr := adminAddr(t, &stderr)
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/v1/stats": 200, "/api/v1/messages/requeue": 403} {
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/v1/stats": 200, "/metrics": 200, "/api/v1/messages/requeue": 403} {
 		method := http.MethodGet
 		if strings.HasSuffix(path, "requeue") {
 			method = http.MethodPost // no admin token configured: mutation is off
@@ -121,6 +121,9 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 		}
 		if strings.Contains(string(body), "nats-secret-7a2c") || strings.Contains(string(body), "db-secret-93b1") {
 			t.Fatalf("%s leaked a secret: %s", path, body)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), `outboxd_messages_published_total{stream="orders"} 1`) {
+			t.Fatalf("/metrics does not count the delivered message:\n%s", body)
 		}
 	}
 
