@@ -26,6 +26,9 @@ const (
 	TypeKafka     = "kafka"
 	TypeNATS      = "nats"
 	TypeJetStream = "jetstream"
+	// TypeDiscard confirms every message without sending it anywhere: for measuring
+	// the dispatcher without a broker (outboxd bench).
+	TypeDiscard = "discard"
 )
 
 // FileEnv names the environment variable that points at the configuration file when

@@ -124,7 +124,7 @@ func fieldNamed(t reflect.Type, name string) (field, bool) {
 func allows(only []string, typ string) bool { return only == nil || slices.Contains(only, typ) }
 
 func knownType(typ string) bool {
-	return typ == TypeKafka || typ == TypeNATS || typ == TypeJetStream
+	return typ == TypeKafka || typ == TypeNATS || typ == TypeJetStream || typ == TypeDiscard
 }
 
 // onlyText is the problem for a field set on a driver of another type.

@@ -202,7 +202,7 @@ func (v *checker) driver(key, name string, d Driver) {
 		return
 	}
 	if !knownType(d.Type) {
-		v.oneOf(k("type"), d.Type, TypeKafka, TypeNATS, TypeJetStream)
+		v.oneOf(k("type"), d.Type, TypeKafka, TypeNATS, TypeJetStream, TypeDiscard)
 		return
 	}
 	eachLeaf(reflect.ValueOf(d), key, nil, func(path string, leaf reflect.Value, _ field, only []string) {
@@ -210,6 +210,12 @@ func (v *checker) driver(key, name string, d Driver) {
 			v.add(path, "%s", onlyText(only))
 		}
 	})
+	if d.Type == TypeDiscard {
+		if d.TLS != (TLS{}) {
+			v.add(k("tls"), "not used by type discard, which connects to nothing")
+		}
+		return
+	}
 	v.tls(k("tls"), d.TLS)
 	if d.Type == TypeKafka {
 		v.kafka(key, d)

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
 	"github.com/outboxd/outboxd/router/jetstream"
 	"github.com/outboxd/outboxd/router/kafka"
 	"github.com/outboxd/outboxd/router/nats"
@@ -205,6 +206,8 @@ func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver
 		return nats.New(name, d, logger)
 	case config.TypeJetStream:
 		return jetstream.New(name, d, logger)
+	case config.TypeDiscard:
+		return discard.New(name, d, logger)
 	}
 	return nil, fmt.Errorf("drivers.%s.type: unknown driver type %q", name, d.Type)
 }

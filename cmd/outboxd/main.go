@@ -32,6 +32,7 @@ Commands:
   demo [--messages N] [--json]
                              produce, dispatch and consume N messages through an
                              embedded NATS JetStream, then show what arrived
+  bench [flags]              measure this database and the brokers: see docs/benchmarks.md
   stats [--json]             each stream's backlog: pending, leased, failed, deferred,
                              oldest pending age
   messages [--status S] [--stream S] [--since T] [--until T] [--limit N] [--cursor C] [--json]
@@ -98,6 +99,8 @@ func runCommand(ctx context.Context, e env) error {
 		return messagesCmd(ctx, e)
 	case "requeue":
 		return requeueCmd(ctx, e)
+	case "bench":
+		return benchCmd(ctx, e)
 	case "migrate":
 		return migrateCmd(ctx, e)
 	case "config":

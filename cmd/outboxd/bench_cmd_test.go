@@ -1,0 +1,260 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// buildOutboxd builds this command into a temporary directory. outboxd bench runs the
+// drain's dispatcher as a child process, and inside `go test` its own executable is the
+// test binary, so the test hands it a real outboxd with --dispatcher-binary.
+func buildOutboxd(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	cmd := exec.Command(goTool, "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build outboxd for the bench's dispatcher process (needs the go tool on PATH): %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
+	t.Parallel()
+	bin := buildOutboxd(t)
+	// A stream of the user's in the environment must not reach the child dispatcher,
+	// whose configuration would then be refused.
+	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t), "OUTBOXD_STREAMS__LEAK__DRIVER=nowhere"}
+	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin)
+	if code != 0 {
+		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if errOut != "" {
+		t.Errorf("bench --json wrote to stderr: %q", errOut)
+	}
+
+	// Every number is positive except the counts of what went wrong, every string set.
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("bench --json printed no JSON object: %v\n%s", err, out)
+	}
+	zeroIsRight := map[string]bool{"missing": true, "duplicates_at_broker": true}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(strings.TrimPrefix(path+"."+k, "."), e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(path, e)
+			}
+		case float64:
+			last := path[strings.LastIndex(path, ".")+1:]
+			if zeroIsRight[last] {
+				if v != 0 {
+					t.Errorf("%s = %v, want 0", path, v)
+				}
+			} else if v <= 0 {
+				t.Errorf("%s = %v, want a positive figure", path, v)
+			}
+		case string:
+			if v == "" {
+				t.Errorf("%s is empty", path)
+			}
+		}
+	}
+	walk("", raw)
+
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK || r.Missing != 0 {
+		t.Errorf("ok %v, missing %d", r.OK, r.Missing)
+	}
+	if !slices.Equal(r.Settings.Drivers, benchDrivers) || len(r.Drivers) != len(benchDrivers) {
+		t.Fatalf("measured drivers %v (report holds %d), want %v", r.Settings.Drivers, len(r.Drivers), benchDrivers)
+	}
+	if r.Settings.BatchSizeFrom != "default" || r.Settings.Messages != 2000 {
+		t.Errorf("settings %+v: want run's default batch size and --quick's 2000 messages", r.Settings)
+	}
+	for name, d := range r.Drivers {
+		if d == nil {
+			t.Fatalf("driver %s: no figures", name)
+		}
+		n := int64(r.Settings.Messages)
+		if d.Drain.DeliveredInTable != n || d.Drain.ArrivedAtBroker != n {
+			t.Errorf("%s: %d delivered in the table, %d arrived; want %d each", name, d.Drain.DeliveredInTable, d.Drain.ArrivedAtBroker, n)
+		}
+		if want := d.Drain.MsgsPerSec / r.SQLCeiling.MsgsPerSec; !near(d.Drain.RatioToSQLCeiling, want) {
+			t.Errorf("%s: ratio to the SQL ceiling %v, want %v", name, d.Drain.RatioToSQLCeiling, want)
+		}
+		if want := d.Drain.MsgsPerSec / r.Drivers["discard"].Drain.MsgsPerSec; !near(d.Drain.RatioToDiscard, want) {
+			t.Errorf("%s: ratio to discard %v, want %v", name, d.Drain.RatioToDiscard, want)
+		}
+		if d.LatencyIdle.Samples != r.Settings.IdleSamples || d.LatencyAtRate.Samples != int(float64(r.Settings.Rate)*r.Settings.LatencySeconds) {
+			t.Errorf("%s: %d idle and %d offered-rate samples", name, d.LatencyIdle.Samples, d.LatencyAtRate.Samples)
+		}
+		if l := d.LatencyIdle; l.P50Ms > l.P90Ms || l.P90Ms > l.P99Ms || l.P99Ms > l.MaxMs {
+			t.Errorf("%s: idle percentiles out of order: %+v", name, l)
+		}
+	}
+}
+
+// TestBenchUsesTheBrokersItIsGivenAndLeavesNothingThere points the bench at brokers of
+// "the user's": a Kafka cluster without the topic (the bench creates it) and a NATS
+// server with JetStream (the bench's stream is gone afterwards).
+func TestBenchUsesTheBrokersItIsGivenAndLeavesNothingThere(t *testing.T) {
+	t.Parallel()
+	bin := buildOutboxd(t)
+	ns, kafka := testenv.NewNATS(t), testenv.NewKafka(t, 1)
+	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
+	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin,
+		"--drivers", "jetstream,kafka", "--nats-url", ns.URL(), "--kafka-brokers", kafka.Addr(), "--idle-samples", "3", "--rate", "50")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Settings.NATS != ns.URL() || r.Settings.Kafka != kafka.Addr() || !r.OK {
+		t.Fatalf("settings %+v, ok %v", r.Settings, r.OK)
+	}
+	for _, d := range []string{"jetstream", "kafka"} {
+		if got := r.Drivers[d].Drain.ArrivedAtBroker; got != int64(r.Settings.Messages) {
+			t.Errorf("%s: %d arrived, want %d", d, got, r.Settings.Messages)
+		}
+	}
+	if _, ok := r.Drivers["discard"]; ok || r.Drivers["kafka"].Drain.RatioToDiscard != 0 {
+		t.Errorf("discard was not asked for, yet reported: %+v", r.Drivers)
+	}
+	if n := ns.Server().GlobalAccount().JetStreamUsage().Streams; n != 0 {
+		t.Errorf("the bench left %d JetStream stream(s) on the server", n)
+	}
+}
+
+func near(got, want float64) bool { return got > want-0.001 && got < want+0.001 }
+
+func TestBenchRefusesMistakesBeforeTouchingAnything(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"an unknown driver is named", []string{"--drivers", "discard,rabbit"}, 2, `unknown driver "rabbit"`},
+		{"an empty backlog is refused", []string{"--messages", "0"}, 2, "--messages"},
+		{"a stray argument is refused", []string{"now"}, 2, `unexpected argument "now"`},
+		{"a batch size run would refuse is refused", []string{"--batch", "0"}, 1, "streams.bench_1.batch_size"},
+		{"a missing dispatcher binary is named", []string{"--dispatcher-binary", "/nonexistent/outboxd"}, 1, "--dispatcher-binary"},
+		{"the test binary is not taken for outboxd", nil, 1, "build outboxd and pass it with --dispatcher-binary"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errOut := outboxd(t, []string{"OUTBOXD_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=1"},
+				append([]string{"bench"}, c.args...)...)
+			if code != c.code || !strings.Contains(errOut, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d mentioning %q", code, errOut, c.code, c.want)
+			}
+		})
+	}
+}
+
+func TestTheDiscardDriverTypeIsAcceptedAndTakesNoTLS(t *testing.T) {
+	t.Parallel()
+	environ := []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink"}
+	if code, out, errOut := outboxd(t, environ, "config", "check"); code != 0 || !strings.Contains(out, "type: discard") {
+		t.Fatalf("config check: exit %d, %q, %q", code, out, errOut)
+	}
+	environ = append(environ, "OUTBOXD_DRIVERS__SINK__TLS__ENABLED=true", "OUTBOXD_DRIVERS__SINK__URL=nats://n:4222")
+	code, _, errOut := outboxd(t, environ, "config", "check")
+	if code != 1 || !strings.Contains(errOut, "drivers.sink.tls: not used by type discard") || !strings.Contains(errOut, "drivers.sink.url: only valid") {
+		t.Fatalf("config check with TLS and a URL on a discard driver: exit %d, %q", code, errOut)
+	}
+}
+
+func TestTallyCountsEachCommittedMessageOnceAndItsCopies(t *testing.T) {
+	t.Parallel()
+	tl := newTally()
+	for _, id := range []string{"1", "2", "2", "2", "9", "not-an-id", ""} {
+		tl.add(id)
+	}
+	arrived, dups := tl.against([]int64{1, 2, 3})
+	if arrived != 2 || dups != 2 || tl.count() != 7 {
+		t.Fatalf("arrived %d, duplicates %d, total %d; want 2, 2, 7", arrived, dups, tl.count())
+	}
+}
+
+const benchDoc = "../../docs/benchmarks.md"
+
+// jsonPaths lists the dotted JSON field paths of t; a map's key is written <driver>.
+func jsonPaths(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var out []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Anonymous {
+				out = append(out, jsonPaths(f.Type, prefix)...)
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			out = append(out, jsonPaths(f.Type, prefix+name+".")...)
+		}
+		return out
+	case reflect.Map:
+		return jsonPaths(t.Elem(), prefix+"<driver>.")
+	}
+	return []string{strings.TrimSuffix(prefix, ".")}
+}
+
+func TestDocsListEveryJSONFieldOfTheBenchAndNoOther(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(benchDoc)
+	if err != nil {
+		t.Fatalf("read the benchmark docs: %v", err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## JSON fields\n")
+	if !ok {
+		t.Fatalf("%s has no section \"## JSON fields\"", benchDoc)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		if rest, ok := strings.CutPrefix(line, "| `"); ok {
+			key, _, _ := strings.Cut(rest, "`")
+			documented[key] = true
+		}
+	}
+	paths := jsonPaths(reflect.TypeFor[benchReport](), "")
+	for _, p := range paths {
+		if !documented[p] {
+			t.Errorf("%s does not document the JSON field %s", benchDoc, p)
+		}
+	}
+	for p := range documented {
+		if !slices.Contains(paths, p) {
+			t.Errorf("%s documents %s, which bench --json does not print", benchDoc, p)
+		}
+	}
+}

@@ -1,0 +1,11 @@
+//go:build !unix
+
+package main
+
+import "os"
+
+// processUsage is not measured on this platform.
+func processUsage(*os.ProcessState) (cpuSeconds, peakRSSMiB float64) { return 0, 0 }
+
+// terminate kills the process: there is no SIGTERM here.
+func terminate(p *os.Process) error { return p.Kill() }
