@@ -74,6 +74,9 @@ type benchSettings struct {
 	Kafka             string   `json:"kafka"`
 	Quick             bool     `json:"quick"`
 	DispatcherProcess string   `json:"dispatcher_process"`
+	// Retained delivered rows kept in the table through every phase, to show that
+	// claim cost does not grow with the delivered rows a deployment keeps.
+	Retained int `json:"retained"`
 }
 
 // benchOptions are the command line, parsed.
@@ -95,6 +98,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 	messages := fs.Int("messages", 100000, "backlog size of the SQL ceiling and of each drain")
 	payload := fs.Int("payload", 1024, "payload bytes per message")
 	keys := fs.Int("keys", 1000, "distinct message keys")
+	retained := fs.Int("retained", 0, "delivered rows kept in the table through every phase (e.g. 10000000)")
 	streams := fs.Int("streams", 1, "streams the backlog is spread over, one pipeline each")
 	batch := fs.Int("batch", def.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")
 	concurrency := fs.Int("concurrency", def.Concurrency, "batches in flight per stream (concurrency); default: what outboxd run uses")
@@ -141,13 +145,15 @@ func parseBenchFlags(e env) (benchOptions, error) {
 		Messages: *messages, PayloadBytes: *payload, Keys: *keys, Streams: *streams,
 		BatchSize: *batch, BatchSizeFrom: from("batch"), Concurrency: *concurrency, ConcurrencyFrom: from("concurrency"),
 		Rate: *rate, LatencySeconds: latencyFor.Seconds(), IdleSamples: *idle, ProducerMessages: producerMessages,
-		Quick: *quick, NATS: "embedded", Kafka: "embedded",
+		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained,
 	}
 	switch {
 	case *messages < 1 || *keys < 1 || *streams < 1 || *idle < 1 || *rate < 1:
 		return o, usageError{"bench: --messages, --keys, --streams, --idle-samples and --rate must be at least 1"}
 	case *payload < 0:
 		return o, usageError{"bench: --payload must not be negative"}
+	case *retained < 0:
+		return o, usageError{"bench: --retained must not be negative"}
 	case *latencyFor < 100*time.Millisecond || o.timeout <= 0:
 		return o, usageError{"bench: --latency-duration must be at least 100ms and --timeout positive"}
 	case *streams > 100:
@@ -248,6 +254,8 @@ type bench struct {
 	nats     *benchNATS
 	kafka    *benchKafka
 	report   benchReport
+	// retainedUpTo is the last id of the --retained rows; phases keep ids up to it.
+	retainedUpTo int64
 }
 
 func benchCmd(ctx context.Context, e env) error {
@@ -326,6 +334,9 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.payload = make([]byte, b.opt.set.PayloadBytes)
 	_, _ = rand.Read(b.payload) // incompressible, as most real payloads are once TOASTed
+	if err := b.retain(ctx); err != nil {
+		return err
+	}
 	if b.report.Machine, err = benchMachine(ctx, b.pool); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 	// A stream of the user's in the environment must not reach the child dispatcher,
 	// whose configuration would then be refused.
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t), "OUTBOXD_STREAMS__LEAK__DRIVER=nowhere"}
-	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin)
+	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--retained", "5000", "--dispatcher-binary", bin)
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

@@ -105,7 +105,7 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 	r := benchDrain{Messages: int64(n), Seconds: round(elapsed.Seconds(), 3), MsgsPerSec: round(float64(n)/elapsed.Seconds(), 1)}
 	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = child.usage()
 	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = round(r.DispatcherCPUSeconds, 3), round(r.DispatcherPeakRSSMiB, 1)
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+benchTable.Qualified()+" WHERE status = 'delivered'").Scan(&r.DeliveredInTable); err != nil {
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+benchTable.Qualified()+" WHERE status = 'delivered' AND id > $1", b.retainedUpTo).Scan(&r.DeliveredInTable); err != nil {
 		return r, fmt.Errorf("bench: %s: count delivered rows: %w", phase, err)
 	}
 	r.CountedBy = counter.countedBy()

@@ -28,10 +28,45 @@ func (b *bench) message(i int) producer.Message {
 	}
 }
 
-// empty removes every row, so that each phase starts from the same table.
+// empty removes every row but the retained ones, so that each phase starts from the
+// same table.
 func (b *bench) empty(ctx context.Context) error {
-	if _, err := b.pool.Exec(ctx, "TRUNCATE "+benchTable.Qualified()); err != nil {
+	sql := "TRUNCATE " + benchTable.Qualified()
+	if b.retainedUpTo > 0 {
+		sql = "DELETE FROM " + benchTable.Qualified() + " WHERE id > " + strconv.FormatInt(b.retainedUpTo, 10)
+	}
+	if _, err := b.pool.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("bench: empty %s: %w", benchTable, err)
+	}
+	return nil
+}
+
+// retain writes the --retained delivered rows once, with the bench's payload size, as a
+// deployment with a long retention would hold them, and remembers where they end.
+func (b *bench) retain(ctx context.Context) error {
+	n := b.opt.set.Retained
+	if n == 0 {
+		return nil
+	}
+	var done atomic.Int64
+	b.progress.begin("retained delivered rows", int64(n), done.Load)
+	defer b.progress.stop()
+	const chunk = 100000
+	for first := 0; first < n; first += chunk {
+		count := min(chunk, n-first)
+		_, err := b.pool.Exec(ctx, `INSERT INTO `+benchTable.Qualified()+` (stream, topic, key, payload, status, published_at, created_at, available_at)
+			SELECT $1, 'retained', 'k' || (g % 1000), $2, 'delivered', now() - interval '1 hour', now() - interval '2 hours', now() - interval '2 hours'
+			FROM generate_series(1, $3) g`, b.streams[0], b.payload, count)
+		if err != nil {
+			return fmt.Errorf("bench: write retained rows: %w", err)
+		}
+		done.Add(int64(count))
+	}
+	if err := b.pool.QueryRow(ctx, `SELECT max(id) FROM `+benchTable.Qualified()).Scan(&b.retainedUpTo); err != nil {
+		return fmt.Errorf("bench: retained rows: %w", err)
+	}
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+benchTable.Qualified()); err != nil {
+		return fmt.Errorf("bench: vacuum the retained rows: %w", err)
 	}
 	return nil
 }
