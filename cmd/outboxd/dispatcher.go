@@ -39,7 +39,9 @@ type dispatcher struct {
 	sampler    *dispatch.Sampler
 	bus        *events.Bus
 	deadLetter *dispatch.DeadLetterForwarder
-	log        *slog.Logger
+	// busSubscribers names the dispatcher's own asynchronous bus subscribers.
+	busSubscribers []string
+	log            *slog.Logger
 }
 
 // dispatcherOptions adjust a dispatcher for callers other than `run` (demo, tests).
@@ -179,7 +181,17 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	if len(dead) > 0 {
 		d.deadLetter = dispatch.NewDeadLetterForwarder(dead, d.bus, logger, dispatch.DeadLetterOptions{})
-		d.bus.SubscribeAsync("deadletter", 4096, d.deadLetter.Handle, events.Filter(d.deadLetter.Wants))
+		// One queue per stream: a dead-letter broker that is down holds back only the
+		// dead letters of the streams routed to it.
+		for _, route := range dead {
+			name := "deadletter-" + route.Stream
+			wants := func(e events.Event) bool {
+				f, ok := e.(events.MessageFailed)
+				return ok && f.Stream == route.Stream
+			}
+			d.bus.SubscribeAsync(name, 1024, d.deadLetter.Handle, events.Filter(wants))
+			d.busSubscribers = append(d.busSubscribers, name)
+		}
 	}
 	if opt.subscribe != nil {
 		opt.subscribe(d.bus)

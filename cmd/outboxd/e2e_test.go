@@ -422,3 +422,44 @@ func TestAMessageFailedForGoodIsForwardedToItsStreamsDeadLetterDestination(t *te
 		t.Fatalf("the row is %s after dead-lettering; it must stay failed", status)
 	}
 }
+
+func TestADeadLetterBrokerThatIsDownHoldsBackOnlyItsOwnStreamsDeadLetters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	orders, payments := w.cfg.Streams["orders"], w.cfg.Streams["payments"]
+	orders.DeadLetter = config.DeadLetter{Driver: "nats", Topic: "dlq.orders"}
+	payments.DeadLetter = config.DeadLetter{Driver: "jetstream", Topic: "shipments.dlq"}
+	w.cfg.Streams = map[string]config.Stream{"orders": orders, "payments": payments}
+	must(t, w.cfg.Validate())
+	w.js.Stop() // the payments stream's dead-letter broker is down throughout
+
+	nc, err := natsgo.Connect(w.core.URL())
+	must(t, err)
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("dlq.orders")
+	must(t, err)
+	must(t, nc.Flush())
+	// Payments fail first, so their dead letters are queued before the orders' one.
+	_, err = w.pg.Pool.Exec(w.ctx, `INSERT INTO `+w.pg.Table.Qualified()+` (stream, topic, payload) VALUES ('payments', 'bad subject', 'p')`)
+	must(t, err)
+	w.startDispatcher(t, "replica-a")
+	waitFailed := func(stream string) {
+		deadline := time.Now().Add(30 * time.Second)
+		for w.statusCounts(t)[stream]["failed"] == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s row never failed", stream)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFailed("payments")
+	_, err = w.pg.Pool.Exec(w.ctx, `INSERT INTO `+w.pg.Table.Qualified()+` (stream, topic, payload) VALUES ('orders', 'no-such-topic', 'o')`)
+	must(t, err)
+	m, err := sub.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("the orders dead letter waited behind the payments one: %v", err)
+	}
+	if string(m.Data) != "o" {
+		t.Fatalf("dead letter %q", m.Data)
+	}
+}
