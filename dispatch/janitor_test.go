@@ -125,18 +125,19 @@ func TestRetentionPurgesOnlyOldDeliveredRowsInBoundedChunks(t *testing.T) {
 func TestTheSamplerReportsEveryStreamsBacklog(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	_, err := f.pg.Pool.Exec(f.ctx, `INSERT INTO `+f.pg.Table.Qualified()+` (stream, topic, payload, status, last_error, deferred_since, created_at, lease_token, lease_until, owner)
-		VALUES ('a', 't', 'x', 'pending', NULL, NULL, now() - interval '90 seconds', NULL, NULL, NULL),
-		       ('a', 't', 'x', 'pending', 'down', now(), now(), NULL, NULL, NULL),
-		       ('a', 't', 'x', 'leased', NULL, NULL, now(), gen_random_uuid(), now() + interval '1 minute', 'r'),
-		       ('a', 't', 'x', 'failed', 'no', NULL, now() - interval '1 day', NULL, NULL, NULL),
-		       ('b', 't', 'x', 'failed', 'no', NULL, now(), NULL, NULL, NULL)`)
+	_, err := f.pg.Pool.Exec(f.ctx, `INSERT INTO `+f.pg.Table.Qualified()+` (stream, topic, payload, status, last_error, deferred_since, created_at, available_at, lease_token, lease_until, owner)
+		VALUES ('a', 't', 'x', 'pending', NULL, NULL, now() - interval '90 seconds', now() - interval '90 seconds', NULL, NULL, NULL),
+		       ('a', 't', 'x', 'pending', 'down', now(), now(), now() + interval '1 minute', NULL, NULL, NULL),
+		       ('a', 't', 'x', 'leased', NULL, NULL, now() - interval '1 hour', now() - interval '1 hour', gen_random_uuid(), now() + interval '1 minute', 'r'),
+		       ('a', 't', 'x', 'failed', 'no', NULL, now() - interval '1 day', now() - interval '1 day', NULL, NULL, NULL),
+		       ('b', 't', 'x', 'failed', 'no', NULL, now(), now(), NULL, NULL, NULL),
+		       ('c', 't', 'x', 'pending', NULL, NULL, now() - interval '1 hour', now() + interval '1 day', NULL, NULL, NULL)`)
 	must(t, err)
 	rec := newRecorder()
-	s := dispatch.NewSampler([]string{"a", "b", "idle"}, time.Second, f.store, rec, nil)
+	s := dispatch.NewSampler([]string{"a", "b", "c", "idle"}, time.Second, f.store, rec, nil)
 	must(t, s.Sample(f.ctx))
 	got := map[string]events.Backlog{}
-	for len(got) < 3 {
+	for len(got) < 4 {
 		e := rec.await(t, time.Second, "backlog events", func(e events.Event) bool { _, ok := e.(events.Backlog); return ok }).(events.Backlog)
 		got[e.Stream] = e
 	}
@@ -146,6 +147,9 @@ func TestTheSamplerReportsEveryStreamsBacklog(t *testing.T) {
 	}
 	if b.Failed != 1 || b.Pending != 0 || b.OldestPendingAge != 0 {
 		t.Fatalf("stream b: %+v", b)
+	}
+	if c := got["c"]; c.Pending != 1 || c.OldestPendingAge != 0 {
+		t.Fatalf("a message delayed on purpose counts as late: %+v", c)
 	}
 	if idle != (events.Backlog{Stream: "idle"}) {
 		t.Fatalf("a stream without rows must report zeros, not be absent: %+v", idle)

@@ -98,7 +98,7 @@ type Backlog struct {
 	Leased           int64
 	Failed           int64
 	Deferred         int64
-	OldestPendingAge time.Duration // 0 when nothing is pending or leased
+	OldestPendingAge time.Duration // how long the oldest due pending row has waited; 0 when none is due
 }
 
 // Backlogs samples the named streams. Every count is answered from a partial index, so

@@ -164,13 +164,16 @@ USING doomed
 WHERE m.id = doomed.id`
 
 // backlogSQL samples the named streams, each count from its partial index (claim,
-// lease, failed, deferred, undelivered). It takes no locks. Parameters: $1 streams.
+// lease, failed). The oldest pending age is how long the first row in claim order has
+// been due (now - available_at: the claim index's first entry), so messages delayed on
+// purpose or waiting out a retry backoff do not count as late; it is negative, and
+// reported as 0, when nothing is due yet. It takes no locks. Parameters: $1 streams.
 const backlogSQL = `
 SELECT s.stream,
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'leased'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'failed'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending' AND deferred_since IS NOT NULL),
-       (SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
-          FROM {{table}} WHERE stream = s.stream AND status IN ('pending', 'leased'))
+       (SELECT (extract(epoch FROM now() - min(available_at)) * 1000000)::bigint
+          FROM {{table}} WHERE stream = s.stream AND status = 'pending')
 FROM unnest($1::text[]) AS s(stream)`
