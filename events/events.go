@@ -103,6 +103,23 @@ type Backlog struct {
 	OldestPendingAge time.Duration
 }
 
+// UnservedStreams lists, on every sample, the streams that have pending rows although
+// this replica's configuration routes none of them: rows nobody delivers when every
+// replica shares the configuration (a typo in a producer's stream, a stream not yet
+// configured). Emitted empty when there are none, so that gauges return to zero.
+type UnservedStreams struct {
+	Streams []UnservedStream
+}
+
+// UnservedStream is one stream no pipeline of this replica drains.
+type UnservedStream struct {
+	Stream  string
+	Pending int64
+	// Oldest is how long the longest-waiting pending row has been due (0 when none is
+	// due yet: every row is delayed into the future).
+	Oldest time.Duration
+}
+
 // RetentionSwept reports one purge of delivered rows past retention.
 type RetentionSwept struct {
 	Deleted  int64
@@ -158,6 +175,7 @@ func (ListenerState) event()  {}
 func (MessageFailed) event()        {}
 func (LeasesReclaimed) event()      {}
 func (Backlog) event()              {}
+func (UnservedStreams) event()      {}
 func (RetentionSwept) event()       {}
 func (PartitionChanged) event()     {}
 func (DefaultPartitionRows) event() {}

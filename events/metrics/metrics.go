@@ -188,7 +188,7 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 		batch:     histogram("batch_size_messages", "Messages per claimed batch.", batchBuckets, stream...),
 		iteration: histogram("iteration_duration_seconds", "Time of one batch from claim through publish to write-back.", durationBuckets, stream...),
 		oldestAge: gauge("oldest_pending_age_seconds",
-			"Age of the oldest pending or leased message, as last sampled (0 when none).", stream...),
+			"How long the oldest due pending message has waited since it became available, as last sampled (0 when none is due).", stream...),
 		backlog: gauge("backlog_messages",
 			"Messages by status as last sampled: pending (excluding deferred), deferred (pending, broker unreachable), leased, failed.", "stream", "status"),
 		paused: gauge("stream_paused", "1 while the stream's circuit breaker is open or half-open (its broker unreachable), else 0.", stream...),
