@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 )
@@ -45,7 +46,7 @@ func badRequest(format string, args ...any) error {
 // decodeBody reads one JSON object from r's body into v: at most maxBodyBytes (413
 // beyond), no unknown fields, nothing after the object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
 		return &requestError{status: http.StatusUnsupportedMediaType,
 			msg: fmt.Sprintf("the request body must be JSON (Content-Type: application/json), got %q", ct)}
 	}
@@ -72,12 +73,25 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return badRequest("the request body ends in the middle of its JSON object")
 	case errors.As(err, &syntax):
 		return badRequest("the request body is not valid JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ) && typ.Field == "":
+		return badRequest("the request body must be a JSON object, got a JSON %s", typ.Value)
 	case errors.As(err, &typ):
 		return badRequest("the request body's field %q must be %s, got a JSON %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return badRequest("the request body has the unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}
 	return badRequest("the request body is not a valid JSON object: %v", err)
+}
+
+// isJSON reports whether a Content-Type names JSON in UTF-8, the only form the decoder
+// reads: application/json, with no charset or charset=utf-8.
+func isJSON(contentType string) bool {
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mediaType != "application/json" {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
 }
 
 // jsonType names a Go type the way a JSON client thinks of it.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/store"
 )
@@ -171,6 +172,9 @@ type MessageQuery struct {
 func (q MessageQuery) Filter(now time.Time) (store.MessageFilter, error) {
 	f := store.MessageFilter{Stream: q.Stream, Status: q.Status, Limit: DefaultPageLimit}
 	var problems []string
+	if msg := textProblem(q.Stream); msg != "" {
+		problems = append(problems, "stream: "+msg)
+	}
 	if q.Status != "" {
 		if err := store.CheckStatus(q.Status); err != nil {
 			problems = append(problems, "status: "+err.Error())
@@ -221,6 +225,19 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 		"nor a positive duration before now such as 90m or 2h", s)
 }
 
+// textProblem says why s cannot be a stream name, or "": PostgreSQL text holds neither
+// NUL nor invalid UTF-8, and passing either on would turn a client's mistake into a
+// database error.
+func textProblem(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL character, which no stream name holds"
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	}
+	return ""
+}
+
 // RequeueRequest is the body of POST /api/v1/messages/requeue: either IDs, or a
 // Stream with an optional created_at window and a Limit.
 type RequeueRequest struct {
@@ -263,6 +280,9 @@ func (r RequeueRequest) plan(now time.Time) (requeuePlan, error) {
 	}
 	f := store.RequeueFilter{Stream: r.Stream, Limit: DefaultRequeueLimit}
 	var problems []string
+	if msg := textProblem(r.Stream); msg != "" {
+		problems = append(problems, "stream: "+msg)
+	}
 	var err error
 	if f.Since, err = ParseTime(r.Since, now); err != nil {
 		problems = append(problems, "since: "+err.Error())

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Redacted returns a deep copy safe to print: every non-empty Secret holds [REDACTED],
@@ -153,6 +155,36 @@ func urlParseProblem(s string, userIsSecret bool) string {
 		err = ue.Err
 	}
 	return strings.TrimPrefix(err.Error(), "net/url: ")
+}
+
+// kvValue is a key=value DSN value as written (start:end of a kvPair), unquoted.
+func kvValue(raw string) string {
+	if len(raw) >= 2 && raw[0] == '\'' {
+		raw = raw[1 : len(raw)-1]
+	}
+	var b strings.Builder
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '\\' && i+1 < len(raw) {
+			i++
+		}
+		b.WriteByte(raw[i])
+	}
+	return b.String()
+}
+
+// RedactParseError returns err with the DSN a *pgconn.ParseConfigError quotes redacted
+// by RedactDSN. pgx redacts the DSN it quotes itself, but misses a key=value password
+// written as "password = x" or quoted with an escaped quote, and such a DSN reaches it
+// whenever it fails to parse for another reason (an sslmode it does not know, a CA file
+// it cannot read). Any other error is returned as it is.
+func RedactParseError(err error) error {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return err
+	}
+	safe := *pce
+	safe.ConnString = RedactDSN(pce.ConnString)
+	return &safe
 }
 
 // kvPair is one key=value of a libpq-style DSN; start:end spans the value as written.

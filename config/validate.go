@@ -28,6 +28,11 @@ func (c *Config) Validate() error {
 	v.dsn("database_url", c.DatabaseURL)
 	v.ident("schema", c.Schema)
 	v.ident("table", c.TableName)
+	if table.CheckIdent(c.Schema) == nil && table.CheckIdent(c.TableName) == nil {
+		if err := table.CheckChannel(c.Table()); err != nil {
+			v.add("table", "%s", strings.TrimPrefix(err.Error(), "table: "))
+		}
+	}
 	v.replicaID("replica_id", c.ReplicaID)
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "json", "text")
@@ -35,7 +40,7 @@ func (c *Config) Validate() error {
 		v.driver(join("drivers", name), name, c.Drivers[name])
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Streams)) {
-		v.stream(join("streams", name), name, c.Streams[name], c.Drivers)
+		v.stream(join("streams", name), name, c.Streams[name], c.Drivers, c.Streams)
 	}
 	v.janitor("janitor", c.Janitor)
 	v.http("http", c.HTTP)
@@ -137,10 +142,43 @@ func (v *checker) dsn(key, s string) {
 		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 			v.add(key, "want a postgres:// or postgresql:// URL, got scheme %s", quoteShort(u.Scheme))
 		}
+		v.dsnParams(key, u.Port(), u.Query().Get("sslmode"))
 	default:
-		if _, err := parseKV(s); err != nil {
+		pairs, err := parseKV(s)
+		if err != nil {
 			v.add(key, "neither a postgres:// URL nor key=value pairs: %v", err)
+			return
 		}
+		var port, sslmode string
+		for _, p := range pairs {
+			switch p.key {
+			case "port":
+				port = kvValue(s[p.start:p.end])
+			case "sslmode":
+				sslmode = kvValue(s[p.start:p.end])
+			}
+		}
+		v.dsnParams(key, port, sslmode)
+	}
+}
+
+// sslModes are the values of sslmode that libpq and pgx know.
+var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
+
+// dsnParams checks the DSN parameters a mistake in which only shows when outboxd
+// connects (and then in pgx's words, which quote the DSN): the port and sslmode. A
+// comma-separated port list, as for several hosts, is checked item by item.
+func (v *checker) dsnParams(key, port, sslmode string) {
+	for p := range strings.SplitSeq(port, ",") {
+		if p == "" {
+			continue
+		}
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			v.add(key, "the port must be a number from 1 to 65535, got %s", quoteShort(p))
+		}
+	}
+	if sslmode != "" && !slices.Contains(sslModes, sslmode) {
+		v.add(key, "sslmode must be one of %s, got %s", strings.Join(sslModes, ", "), quoteShort(sslmode))
 	}
 }
 
@@ -155,7 +193,7 @@ func (v *checker) replicaID(key, s string) {
 	}
 }
 
-func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver) {
+func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver, streams map[string]Stream) {
 	v.name(key, "stream", name)
 	k := func(f string) string { return key + "." + f }
 	if v.required(k("driver"), s.Driver) {
@@ -186,6 +224,33 @@ func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver) 
 	}
 	if s.DeadLetter.Driver != "" {
 		v.driverRef(k("dead_letter.driver"), s.DeadLetter.Driver, drivers)
+	}
+	v.deadLetterCollision(k("dead_letter.topic"), s.DeadLetter, streams, drivers)
+}
+
+// deadLetterCollision refuses, on NATS and JetStream, a dead-letter subject among the
+// ordinary subjects of a stream publishing through the same driver: a stream's subject is
+// "<topic_prefix><topic>", and NATS consumers take a stream's messages by wildcard
+// (prefix.>), so they would receive its dead letters as ordinary messages, and a
+// JetStream stream capturing the prefix would store them beside them. Kafka consumers
+// name their topics, so a dead-letter topic under the prefix ("orders.dead") is a topic
+// of its own there. Streams without a prefix are not checked: their rows may name any
+// subject.
+func (v *checker) deadLetterCollision(key string, dl DeadLetter, streams map[string]Stream, drivers map[string]Driver) {
+	if dl.Driver == "" || dl.Topic == "" {
+		return
+	}
+	if t := drivers[dl.Driver].Type; t != TypeNATS && t != TypeJetStream {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(streams)) {
+		s := streams[name]
+		if s.Driver == dl.Driver && s.TopicPrefix != "" && strings.HasPrefix(dl.Topic, s.TopicPrefix) {
+			v.add(key, "%s lies among the subjects of stream %s (driver %s, topic_prefix %s): its consumers would "+
+				"receive dead letters as ordinary messages; choose a subject outside that prefix",
+				quoteShort(dl.Topic), quoteShort(name), quoteShort(dl.Driver), quoteShort(s.TopicPrefix))
+			return
+		}
 	}
 }
 

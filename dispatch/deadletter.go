@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -191,6 +192,17 @@ func (f *DeadLetterForwarder) giveUp(m events.MessageFailed, attempts int, err e
 // does that. Close is idempotent.
 func (f *DeadLetterForwarder) Close() { f.cancel() }
 
+// oneLine is s with every run of CR and LF made one space and surrounding whitespace
+// trimmed: the topic and error a dead letter reports are for reading, and NATS drivers
+// refuse a header value it would otherwise have to rewrite, which would lose the dead
+// letter for the sake of a line break.
+func oneLine(s string) string {
+	if strings.ContainsAny(s, "\r\n") {
+		s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\r' || r == '\n' }), " ")
+	}
+	return strings.TrimSpace(s)
+}
+
 // deadLetterMessage is m as its dead-letter copy: the original payload, key and
 // headers, plus the dead-letter headers. It keeps the original id and stream, which the
 // driver sends as Outbox-Id and Outbox-Stream. Its de-duplication id is the row id and a
@@ -204,10 +216,10 @@ func deadLetterMessage(route DeadLetterRoute, m events.MessageFailed) router.Mes
 		h[k] = v
 	}
 	h[HeaderDeadLetterStream] = m.Stream
-	h[HeaderDeadLetterTopic] = m.Topic
+	h[HeaderDeadLetterTopic] = oneLine(m.Topic)
 	h[HeaderDeadLetterAttempts] = strconv.Itoa(m.Attempts)
 	h[HeaderDeadLetterReason] = m.Reason
-	h[HeaderDeadLetterError] = m.Err
+	h[HeaderDeadLetterError] = oneLine(m.Err)
 	return router.Message{
 		ID: m.ID, Stream: m.Stream, Topic: route.Topic, Key: m.Key, Headers: h, Payload: m.Payload,
 		MessageID: "dead-letter-" + strconv.FormatInt(m.ID, 10) + "-" + strconv.FormatUint(rand.Uint64(), 36),

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -41,7 +42,7 @@ func (l Layout) Open(ctx context.Context, dsn string, n table.Name) (*Migrator, 
 	}
 	connConfig, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: parse database URL: %w", err)
+		return nil, fmt.Errorf("migrate: parse database URL: %w", config.RedactParseError(err))
 	}
 	db := stdlib.OpenDB(*connConfig)
 	fail := func(err error) (*Migrator, error) {

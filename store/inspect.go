@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxd/outboxd/table"
 )
@@ -51,8 +52,8 @@ type MessageFilter struct {
 }
 
 // MessageSummary is one row as operators inspect it: every column except the payload
-// and headers, and the payload's size. A NULL text column reads as "", a NULL
-// timestamp as the zero time.
+// and headers, and the payload's size. A NULL text column reads as "", a NULL or
+// infinite timestamp as the zero time.
 type MessageSummary struct {
 	ID            int64
 	Stream        string
@@ -281,11 +282,13 @@ func (s *Store) ListMessages(ctx context.Context, f MessageFilter) ([]MessageSum
 	for rows.Next() {
 		var m MessageSummary
 		var published, deferred, leaseUntil *time.Time
+		var created, available pgtype.Timestamptz // a producer may have dated them ±infinity
 		if err := rows.Scan(&m.ID, &m.Stream, &m.Topic, &m.Key, &m.Status, &m.Attempts, &m.LastError,
-			&m.CreatedAt, &m.AvailableAt, &published, &deferred, &m.Owner,
+			&created, &available, &published, &deferred, &m.Owner,
 			&leaseUntil, &m.MessageID, &m.PayloadBytes); err != nil {
 			return nil, fmt.Errorf("list messages in %s: %w", s.table, err)
 		}
+		m.CreatedAt, m.AvailableAt = finiteTime(created), finiteTime(available)
 		m.PublishedAt, m.DeferredSince, m.LeaseUntil = deref(published), deref(deferred), deref(leaseUntil)
 		out = append(out, m)
 	}

@@ -58,14 +58,16 @@ RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, '')
 // statement, which the table's lease constraint requires.
 
 // ackSQL: the broker confirmed these rows; returns each row's delivery lag in µs (INSERT
-// to acknowledgement, database clock). Parameters: $1 ids, $2 token.
+// to acknowledgement, database clock), NULL for a row whose created_at a producer set to
+// ±infinity (subtracting it fails, which would fail the acknowledgement of the whole
+// batch for ever). Parameters: $1 ids, $2 token.
 const ackSQL = `
 UPDATE {{table}} AS m
 SET status = 'delivered', published_at = now(), lease_token = NULL, lease_until = NULL,
     deferred_since = NULL
 FROM unnest($1::bigint[]) AS w(id)
 WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
-RETURNING (extract(epoch FROM now() - m.created_at) * 1000000)::bigint`
+RETURNING CASE WHEN isfinite(m.created_at) THEN (extract(epoch FROM now() - m.created_at) * 1000000)::bigint END`
 
 // ackDeleteSQL: the broker confirmed these rows and nothing keeps delivered rows; the
 // same lease check as ackSQL. Parameters: $1 ids, $2 token.
@@ -73,7 +75,7 @@ const ackDeleteSQL = `
 DELETE FROM {{table}} AS m
 USING unnest($1::bigint[]) AS w(id)
 WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
-RETURNING (extract(epoch FROM now() - m.created_at) * 1000000)::bigint`
+RETURNING CASE WHEN isfinite(m.created_at) THEN (extract(epoch FROM now() - m.created_at) * 1000000)::bigint END`
 
 // releaseSQL: hand rows back unchanged, claimable at once. Parameters: $1 ids, $2 token.
 const releaseSQL = `
@@ -112,7 +114,7 @@ SET status = CASE WHEN x.expired THEN 'failed' ELSE 'pending' END,
 FROM (
     SELECT w.id, w.delay_ms, w.err,
            $5 > 0 AND t.deferred_since IS NOT NULL
-               AND now() - t.deferred_since > $5 * interval '1 millisecond' AS expired
+               AND t.deferred_since < now() - $5 * interval '1 millisecond' AS expired
     FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS w(id, delay_ms, err)
     JOIN {{table}} AS t ON t.id = w.id
 ) AS x
@@ -167,7 +169,9 @@ WHERE m.id = doomed.id`
 // lease, failed). The oldest pending age is how long the first row in claim order has
 // been due (now - available_at: the claim index's first entry), so messages delayed on
 // purpose or waiting out a retry backoff do not count as late; it is negative, and
-// reported as 0, when nothing is due yet. It takes no locks. Parameters: $1 streams.
+// reported as 0, when nothing is due yet. A row a producer dated ±infinity has no age
+// (subtracting it fails, which would fail the whole sample). It takes no locks.
+// Parameters: $1 streams.
 const backlogSQL = `
 SELECT s.stream,
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending'),
@@ -175,5 +179,6 @@ SELECT s.stream,
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'failed'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending' AND deferred_since IS NOT NULL),
        (SELECT (extract(epoch FROM now() - min(available_at)) * 1000000)::bigint
-          FROM {{table}} WHERE stream = s.stream AND status = 'pending')
+          FROM {{table}} WHERE stream = s.stream AND status = 'pending'
+            AND available_at > '-infinity' AND available_at < 'infinity')
 FROM unnest($1::text[]) AS s(stream)`

@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/table"
@@ -158,14 +159,15 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 	}
 	c.Messages = make([]Message, 0, limit)
 	var deferred *time.Time
+	var created pgtype.Timestamptz
 	for rows.Next() {
 		var m Message
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
-			&m.Attempts, &m.CreatedAt, &deferred, &c.LeaseUntil); err != nil {
+			&m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
 			rows.Close()
 			return Claim{}, fmt.Errorf("claim %s: read row: %w", stream, err)
 		}
-		m.Stream = stream
+		m.Stream, m.CreatedAt = stream, finiteTime(created)
 		if deferred != nil {
 			m.DeferredSince = *deferred
 		}
@@ -188,23 +190,26 @@ func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (AckResult, e
 	}
 	res := AckResult{Lags: make([]time.Duration, 0, len(ids))}
 	for rows.Next() {
-		var us int64
+		var us *int64 // NULL for a row dated ±infinity: no lag to report
 		if err := rows.Scan(&us); err != nil {
 			rows.Close()
 			return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
 		}
-		res.Lags = append(res.Lags, time.Duration(us)*time.Microsecond)
+		res.Changed++
+		if us != nil {
+			res.Lags = append(res.Lags, time.Duration(*us)*time.Microsecond)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
 	}
-	res.Changed, res.Refused = len(res.Lags), len(ids)-len(res.Lags)
+	res.Refused = len(ids) - res.Changed
 	return res, nil
 }
 
 // AckResult reports an acknowledgement: what it changed and refused, and for each
 // acknowledged row its delivery lag, from the producer's INSERT to the acknowledgement,
-// both on the database clock.
+// both on the database clock (none for a row whose created_at is ±infinity).
 type AckResult struct {
 	WriteResult
 	Lags []time.Duration
@@ -327,6 +332,16 @@ func (s *Store) write(ctx context.Context, op string, n int, sql string, args ..
 	}
 	changed := int(tag.RowsAffected())
 	return WriteResult{Changed: changed, Refused: n - changed}, nil
+}
+
+// finiteTime is t as a time.Time, or the zero time for NULL and ±infinity: a producer
+// may date a row so (created_at and available_at are plain columns), and one such row
+// must not make every read of its batch fail.
+func finiteTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 // Ping checks that the database answers.

@@ -44,6 +44,11 @@ func CheckIdent(s string) error {
 	return nil
 }
 
+// MaxChannelLen bounds the notification channel "<schema>.<table>": PostgreSQL refuses
+// a longer channel name in pg_notify, which the insert trigger calls, so every INSERT
+// would fail.
+const MaxChannelLen = 63
+
 // Validate reports the first problem with n, naming the part that is wrong.
 func (n Name) Validate() error {
 	if err := CheckIdent(n.Schema); err != nil {
@@ -51,6 +56,16 @@ func (n Name) Validate() error {
 	}
 	if err := CheckIdent(n.Table); err != nil {
 		return fmt.Errorf("table: %w", err)
+	}
+	return CheckChannel(n)
+}
+
+// CheckChannel reports why the schema and table, each acceptable, are together too long
+// for n's notification channel, or nil.
+func CheckChannel(n Name) error {
+	if l := len(n.Channel()); l > MaxChannelLen {
+		return fmt.Errorf("table: %q and %q make the notification channel %q, %d bytes long; PostgreSQL allows at most %d, "+
+			"so shorten the schema or the table name", n.Schema, n.Table, n.Channel(), l, MaxChannelLen)
 	}
 	return nil
 }

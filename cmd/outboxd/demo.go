@@ -109,7 +109,7 @@ func demoCmd(ctx context.Context, e env) error {
 	// A fresh demo table.
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("demo: database_url: %w", err)
+		return fmt.Errorf("demo: database_url: %w", config.RedactParseError(err))
 	}
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+table.Quote(demoTable.Schema)+" CASCADE"); err != nil {

@@ -37,6 +37,7 @@ type dispatcher struct {
 	listener   *dispatch.Listener
 	janitor    *dispatch.Janitor
 	sampler    *dispatch.Sampler
+	unserved   *dispatch.UnservedSampler
 	bus        *events.Bus
 	deadLetter *dispatch.DeadLetterForwarder
 	// busSubscribers names the dispatcher's own asynchronous bus subscribers.
@@ -85,7 +86,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}()
 	poolConfig, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("database_url: %w", err)
+		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	conns := int32(4)
 	for _, s := range cfg.Streams {
@@ -162,7 +163,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	listenConfig, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("database_url: %w", err)
+		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	d.listener = dispatch.NewListener(listenConfig, n, wakers, d.bus, logger)
 	j := cfg.Janitor
@@ -172,6 +173,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
 	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+	d.unserved = dispatch.NewUnservedSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
 
 	var dead []dispatch.DeadLetterRoute
 	for _, stream := range d.router.Streams() {
@@ -248,7 +250,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run} {
+	for _, loop := range []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run, d.unserved.Run} {
 		background.Add(1)
 		go func() {
 			defer background.Done()

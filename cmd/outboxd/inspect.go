@@ -331,7 +331,7 @@ func (p *requeueProgress) end() {
 func openInspectStore(ctx context.Context, cfg *config.Config) (*store.Store, func(), error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("database_url: %w", err)
+		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	pc.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, pc)

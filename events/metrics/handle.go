@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"github.com/outboxd/outboxd/events"
+	"time"
 )
 
 // Handle turns one event into series. It is meant for a synchronous subscription, where
@@ -20,6 +21,16 @@ func (m *Metrics) Handle(e events.Event) {
 		m.breaker(e)
 	case events.Backlog:
 		m.backlog(e)
+	case events.UnservedStreams:
+		var pending int64
+		var oldest time.Duration
+		for _, u := range e.Streams {
+			pending += u.Pending
+			oldest = max(oldest, u.Oldest)
+		}
+		m.unservedMessages.Set(float64(pending))
+		m.unservedStreams.Set(float64(len(e.Streams)))
+		m.unservedOldest.Set(oldest.Seconds())
 	case events.ListenerState:
 		m.listenerUp.Store(e.Connected)
 		if !e.Connected {

@@ -113,10 +113,13 @@ type Metrics struct {
 	partitionsCreated    prometheus.Counter
 	partitionsDropped    prometheus.Counter
 	defaultPartitionRows prometheus.Gauge
-	janitorCycles        [3]prometheus.Counter // by janitorResults
-	janitorDuration      prometheus.Observer
-	listenerReconnects   prometheus.Counter
-	dbErrors             [3]prometheus.Counter // by dbOperations
+	// Streams with pending rows no pipeline of this replica drains; no stream label,
+	// because those names come from producers and are unbounded.
+	unservedMessages, unservedStreams, unservedOldest prometheus.Gauge
+	janitorCycles                                     [3]prometheus.Counter // by janitorResults
+	janitorDuration                                   prometheus.Observer
+	listenerReconnects                                prometheus.Counter
+	dbErrors                                          [3]prometheus.Counter // by dbOperations
 
 	// listenerUp is the listener's state as its events tell it, read until
 	// ObserveListener hands over the listener itself.
@@ -264,6 +267,12 @@ func (m *Metrics) registerProcessWide(reg prometheus.Registerer, streams, driver
 		"Partitions of the outbox table dropped by the janitor after retention.")))
 	m.defaultPartitionRows = prometheus.NewGauge(prometheus.GaugeOpts(opts("default_partition_rows",
 		"Rows in the default partition (dated outside every range partition), as last counted.")))
+	m.unservedMessages = prometheus.NewGauge(prometheus.GaugeOpts(opts("unserved_messages",
+		"Pending rows of streams no pipeline of this replica drains, as last sampled.")))
+	m.unservedStreams = prometheus.NewGauge(prometheus.GaugeOpts(opts("unserved_streams",
+		"Streams with pending rows that no pipeline of this replica drains, as last sampled.")))
+	m.unservedOldest = prometheus.NewGauge(prometheus.GaugeOpts(opts("unserved_oldest_seconds",
+		"How long the longest-waiting due row of an unserved stream has waited, as last sampled.")))
 	cycles := prometheus.NewCounterVec(prometheus.CounterOpts(opts("janitor_cycles_total",
 		"Janitor cycles by result: ran (this replica held the lock), skipped (another did), error.")), []string{"result"})
 	for i, r := range janitorResults {
@@ -306,7 +315,7 @@ func (m *Metrics) registerProcessWide(reg prometheus.Registerer, streams, driver
 	}
 
 	reg.MustRegister(m.leasesReclaimed, overdue, m.retentionDeleted, m.partitionsCreated, m.partitionsDropped,
-		m.defaultPartitionRows, cycles, janitorDuration, m.listenerReconnects, connected, received, dbErrors,
+		m.defaultPartitionRows, m.unservedMessages, m.unservedStreams, m.unservedOldest, cycles, janitorDuration, m.listenerReconnects, connected, received, dbErrors,
 		buildInfo, streamInfo, driverInfo)
 }
 

@@ -129,6 +129,12 @@ submit:
 			settle(i, router.Permanent(err))
 			continue
 		}
+		msg := natsconn.Msg(m, 1)
+		msg.Header[jetstream.MsgIDHeader] = []string{m.DedupID()}
+		if err := natsconn.CheckHeaders(msg.Header); err != nil {
+			settle(i, router.Permanent(fmt.Errorf("publish to %s: %w", m.Topic, err)))
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			stop = router.Canceled(err)
 			break
@@ -142,8 +148,6 @@ submit:
 			stop = d.closedErr()
 			break submit
 		}
-		msg := natsconn.Msg(m, 1)
-		msg.Header[jetstream.MsgIDHeader] = []string{m.DedupID()}
 		f, err := d.js.PublishMsgAsync(msg)
 		if err != nil {
 			<-d.window // the client forgot the message at once

@@ -78,9 +78,12 @@ func (c *publishCall) run() {
 		switch size := requestSize(&c.batch[i]); {
 		case topic == "":
 			c.out[i] = router.Permanent(errors.New("publish: the message has no topic"))
+		case badTopic(topic, &c.out[i]):
 		case size > maxRequestBytes:
+			m := &c.batch[i]
 			c.out[i] = router.Permanent(publishError(topic, fmt.Errorf(
-				"the message takes %d bytes and one produce request may take %d: %w", size, maxRequestBytes, kafka.MessageSizeTooLarge)))
+				"the message takes %d bytes (key %d, value %d, headers %d) and one produce request may take %d: %w",
+				size, len(m.Key), len(m.Value), headerBytes(m), maxRequestBytes, kafka.MessageSizeTooLarge)))
 		case !slices.Contains(topics, topic):
 			topics = append(topics, topic)
 		}
@@ -302,6 +305,56 @@ func requestSize(m *kafka.Message) int {
 		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
 	}
 	return n
+}
+
+// headerBytes is the size of a message's header names and values.
+func headerBytes(m *kafka.Message) int {
+	n := 0
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// maxTopicLen is Kafka's limit on a topic name (org.apache.kafka.common.internals.Topic).
+const maxTopicLen = 249
+
+// checkTopic applies Kafka's rules for topic names, which a cluster applies when it is
+// asked for the topic: at most 249 characters of ASCII letters, digits, '.', '_' and '-',
+// and neither "." nor "..". A broker answers a name outside them with INVALID_TOPIC (some
+// fakes with UNKNOWN_TOPIC_OR_PARTITION); checking here names the rule that was broken.
+// The name is quoted shortened, so that the reason survives the bounded last_error.
+func checkTopic(topic string) error {
+	bad := func(why string) error {
+		short := topic
+		if len(short) > 64 {
+			short = short[:64] // cut bytes: %q shows a split rune as an escape, never invalid text
+			return fmt.Errorf("publish to %q… (%d bytes): not a valid Kafka topic name: %s: %w", short, len(topic), why, kafka.InvalidTopic)
+		}
+		return fmt.Errorf("publish to %q: not a valid Kafka topic name: %s: %w", topic, why, kafka.InvalidTopic)
+	}
+	switch {
+	case len(topic) > maxTopicLen:
+		return bad(fmt.Sprintf("at most %d characters are allowed", maxTopicLen))
+	case topic == "." || topic == "..":
+		return bad(`"." and ".." are reserved`)
+	}
+	for i, r := range topic {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return bad(fmt.Sprintf("%q at byte %d; only ASCII letters, digits, '.', '_' and '-' are allowed", r, i+1))
+		}
+	}
+	return nil
+}
+
+// badTopic sets *out to the permanent error of a topic Kafka would refuse and reports
+// whether it did.
+func badTopic(topic string, out *error) bool {
+	if err := checkTopic(topic); err != nil {
+		*out = router.Permanent(err)
+		return true
+	}
+	return false
 }
 
 // varintLen is the length of n as a zig-zag varint.

@@ -84,7 +84,12 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 			errs[i] = router.Permanent(err)
 			continue
 		}
-		if err := d.nc.PublishMsg(natsconn.Msg(m, 0)); err != nil {
+		msg := natsconn.Msg(m, 0)
+		if err := natsconn.CheckHeaders(msg.Header); err != nil {
+			errs[i] = router.Permanent(fmt.Errorf("publish to %s: %w", m.Topic, err))
+			continue
+		}
+		if err := d.nc.PublishMsg(msg); err != nil {
 			errs[i] = d.failed(fmt.Errorf("publish to %s: %w", m.Topic, err))
 			continue
 		}

@@ -15,7 +15,7 @@ import (
 // both drivers meet) to what it costs the dispatcher:
 //
 //   - permanent: the message itself is unusable (bad subject, bigger than the server's
-//     max_payload, headers on a server without them);
+//     max_payload, a header the client cannot encode, headers on a server without them);
 //   - unreachable: the connection is not up (closed, reconnecting, draining, no server,
 //     stale, no PONG in time) or failed under the call (a network error the client
 //     passes on as it is, such as a write to a reset connection): the server may not
@@ -31,7 +31,7 @@ func Classify(err error) error {
 		return nil
 	case isAny(err, context.Canceled, context.DeadlineExceeded):
 		return router.Canceled(err)
-	case isAny(err, nats.ErrBadSubject, nats.ErrMaxPayload, nats.ErrHeadersNotSupported):
+	case isAny(err, nats.ErrBadSubject, nats.ErrMaxPayload, nats.ErrBadHeaderMsg, nats.ErrHeadersNotSupported):
 		return router.Permanent(err)
 	case isAny(err,
 		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrReconnectBufExceeded,

@@ -2,8 +2,11 @@ package natsconn
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,26 +30,123 @@ func Msg(m *router.Message, room int) *nats.Msg {
 	return &nats.Msg{Subject: m.Topic, Header: h, Data: m.Payload}
 }
 
+// maxSubjectBytes bounds a subject. The server reads a PUB or HPUB command as one control
+// line of at most max_control_line bytes (4096 by default) and closes the connection of a
+// client that sends a longer one, so a single message with a long subject would cut the
+// connection every stream on the driver shares, again on every attempt. 128 bytes are
+// left for the verb, a JetStream reply inbox and the two sizes.
+const maxSubjectBytes = 4096 - 128
+
 // CheckSubject returns an error wrapping nats.ErrBadSubject unless subject is a literal
-// subject: dot-separated tokens, none empty, none a wildcard ("*" or ">"), no whitespace.
-// The library checks only for whitespace, and the server would take a wildcard subject
-// and deliver it to whoever matches, so the driver refuses it here.
+// subject: dot-separated tokens, none empty, none a wildcard ("*" or ">"), no whitespace,
+// at most maxSubjectBytes long. The library checks only for whitespace, and the server
+// would take a wildcard subject and deliver it to whoever matches, so the driver refuses
+// it here.
 func CheckSubject(subject string) error {
 	if subject == "" {
 		return fmt.Errorf("empty subject: %w", nats.ErrBadSubject)
 	}
+	if len(subject) > maxSubjectBytes {
+		return fmt.Errorf("subject %s is %d bytes long; the server closes the connection of a client whose command "+
+			"exceeds max_control_line (4096 bytes by default), so at most %d are allowed: %w",
+			quoteShort(subject), len(subject), maxSubjectBytes, nats.ErrBadSubject)
+	}
 	if strings.ContainsAny(subject, " \t\r\n") {
-		return fmt.Errorf("subject %q contains whitespace: %w", subject, nats.ErrBadSubject)
+		return fmt.Errorf("subject %s contains whitespace: %w", quoteShort(subject), nats.ErrBadSubject)
 	}
 	for tok := range strings.SplitSeq(subject, ".") {
 		switch tok {
 		case "":
-			return fmt.Errorf("subject %q has an empty token: %w", subject, nats.ErrBadSubject)
+			return fmt.Errorf("subject %s has an empty token: %w", quoteShort(subject), nats.ErrBadSubject)
 		case "*", ">":
-			return fmt.Errorf("subject %q has the wildcard token %q: %w", subject, tok, nats.ErrBadSubject)
+			return fmt.Errorf("subject %s has the wildcard token %q: %w", quoteShort(subject), tok, nats.ErrBadSubject)
 		}
 	}
 	return nil
+}
+
+// What the headers the drivers add carry, for errors about them.
+var headerOrigin = map[string]string{
+	router.HeaderKey: "the row's key",
+	nats.MsgIdHdr:    "the row's message_id",
+}
+
+// CheckHeaders returns an error wrapping nats.ErrBadHeaderMsg unless NATS carries every
+// header of h unchanged, naming each header it would not. The client refuses a name that
+// is not printable ASCII or holds a space or one of "()/,:;<=>?@[\]{} (ADR-4), and it
+// rewrites a value silently: CR and LF become spaces and surrounding whitespace is
+// trimmed, so a header would arrive other than it was written.
+func CheckHeaders(h nats.Header) error {
+	ok := true
+	for name, values := range h {
+		ok = ok && headerNameOK(name)
+		for _, v := range values {
+			ok = ok && headerValueOK(v)
+		}
+	}
+	if ok {
+		return nil
+	}
+	// The slow path, for a message that fails: every problem, in name order.
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		what := "header " + quoteShort(name)
+		if origin, ok := headerOrigin[name]; ok {
+			what += ", which carries " + origin + ","
+		}
+		if !headerNameOK(name) {
+			problems = append(problems, what+" has a name NATS refuses (printable ASCII without spaces or any of "+
+				"\"()/,:;<=>?@[\\]{}, and not empty)")
+			continue
+		}
+		for _, v := range h[name] {
+			switch {
+			case strings.ContainsAny(v, "\r\n"):
+				problems = append(problems, what+" has a value holding CR or LF, which NATS would replace with spaces")
+			case !headerValueOK(v):
+				problems = append(problems, what+" has a value beginning or ending with whitespace, which NATS would trim")
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w", strings.Join(problems, "; "), nats.ErrBadHeaderMsg)
+}
+
+// headerNameOK applies the client's rule for header names (nats.go isHeaderKeyValid).
+func headerNameOK(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c < 33 || c > 126 || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// headerValueOK reports whether the client sends v as it is: it trims ASCII whitespace
+// (textproto.TrimString) and turns CR and LF into spaces.
+func headerValueOK(v string) bool {
+	if v == "" {
+		return true
+	}
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+	return !isSpace(v[0]) && !isSpace(v[len(v)-1]) && !strings.ContainsAny(v, "\r\n")
+}
+
+// quoteShort quotes s for an error, cut to a readable length: the stored error text is
+// bounded, and the reason must not be cut off behind a long subject or header name.
+func quoteShort(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return strconv.Quote(s)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
 }
 
 // NotConnected returns nil when nc is connected, otherwise why a publish cannot reach the

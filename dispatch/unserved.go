@@ -1,0 +1,160 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/store"
+)
+
+// UnservedStore is what the unserved-stream sampler needs from the database.
+type UnservedStore interface {
+	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
+}
+
+var _ UnservedStore = (*store.Store)(nil)
+
+// unservedWarnEvery is how often the warning about the same unserved streams repeats;
+// a stream that newly appears is warned about at once.
+const unservedWarnEvery = 15 * time.Minute
+
+// unservedLogNames bounds the streams one warning names.
+const unservedLogNames = 10
+
+// UnservedSampler reports, on every replica and without any lock, the streams that have
+// pending rows although no pipeline of this replica drains them: a row written under a
+// stream nobody serves is never delivered, so it must be reported, not silently kept.
+// It emits one UnservedStreams event per sample (empty when there are none) and logs a
+// warning naming the streams, rate-limited. Replicas are expected to share one
+// configuration; a replica configured with fewer streams reports the others' too.
+type UnservedSampler struct {
+	served   []string
+	interval time.Duration
+	store    UnservedStore
+	emit     Emitter
+	log      *slog.Logger
+
+	mu       sync.Mutex // guards the warning state below
+	warned   []string   // streams named by the last warning, sorted
+	warnedAt time.Time
+}
+
+// NewUnservedSampler builds a sampler of the streams outside served every interval.
+func NewUnservedSampler(served []string, interval time.Duration, st UnservedStore, emit Emitter, logger *slog.Logger) *UnservedSampler {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	if emit == nil {
+		emit = discardEmitter{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &UnservedSampler{served: slices.Clone(served), interval: interval, store: st, emit: emit,
+		log: logger.With("component", "unserved")}
+}
+
+// Run samples at start and then every interval until ctx ends.
+func (s *UnservedSampler) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		if err := s.Sample(ctx); err != nil && ctx.Err() == nil {
+			failures++
+			if failures == 1 || failures%30 == 0 {
+				s.log.Warn("unserved-stream sample failed", "err", err, "consecutive", failures)
+			}
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(jitter(s.interval))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// Sample takes one sample, emits it and warns when it is due.
+func (s *UnservedSampler) Sample(ctx context.Context) error {
+	found, err := s.store.UnservedStreams(ctx, s.served)
+	if err != nil {
+		return err
+	}
+	ev := events.UnservedStreams{Streams: make([]events.UnservedStream, len(found))}
+	for i, u := range found {
+		ev.Streams[i] = events.UnservedStream{Stream: u.Stream, Pending: u.Pending, Oldest: u.Oldest}
+	}
+	s.emit.Emit(ev)
+	s.warn(ev.Streams)
+	return nil
+}
+
+// warn logs the unserved streams when they differ from the last warning's, or when the
+// last warning is unservedWarnEvery old; and once, at info level, when none are left.
+func (s *UnservedSampler) warn(streams []events.UnservedStream) {
+	names := make([]string, len(streams))
+	for i, u := range streams {
+		names[i] = u.Stream
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	switch {
+	case len(names) == 0 && len(s.warned) == 0:
+		return
+	case len(names) == 0:
+		s.log.Info("no pending rows of unserved streams are left", "previously", strings.Join(s.warned, ", "))
+		s.warned, s.warnedAt = nil, time.Time{}
+		return
+	case slices.Equal(names, s.warned) && now.Sub(s.warnedAt) < unservedWarnEvery:
+		return
+	}
+	var total int64
+	var oldest time.Duration
+	for _, u := range streams {
+		total += u.Pending
+		oldest = max(oldest, u.Oldest)
+	}
+	s.log.Warn("pending rows of streams this replica does not serve: nobody delivers them unless "+
+		"another replica's configuration routes these streams (a producer's typo, or a stream not configured yet)",
+		"streams", describeUnserved(streams), "unserved_streams", len(streams),
+		"unserved_messages", total, "oldest", oldest.Round(time.Second))
+	s.warned, s.warnedAt = names, now
+}
+
+// describeUnserved names at most unservedLogNames streams with their backlog.
+func describeUnserved(streams []events.UnservedStream) string {
+	parts := make([]string, 0, min(len(streams), unservedLogNames)+1)
+	for i, u := range streams {
+		if i == unservedLogNames {
+			parts = append(parts, fmt.Sprintf("and %d more", len(streams)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d pending, oldest %s)", quoteName(u.Stream), u.Pending, u.Oldest.Round(time.Second)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// quoteName quotes a stream name a producer wrote, cut to a readable length: it may be
+// anything PostgreSQL text holds.
+func quoteName(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return strconv.Quote(s)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes)", len(s))
+}
