@@ -54,7 +54,7 @@ func (l Layout) Open(ctx context.Context, dsn string, n table.Name) (*Migrator, 
 	if err := db.PingContext(pingCtx); err != nil {
 		return fail(fmt.Errorf("migrate: connect to database: %w", err))
 	}
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+table.Quote(n.Schema)); err != nil {
+	if err := createSchema(ctx, db, n.Schema); err != nil {
 		return fail(fmt.Errorf("migrate: create schema %s: %w", n.Schema, err))
 	}
 	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{
@@ -168,4 +168,23 @@ func (l Layout) Up(ctx context.Context, dsn string, n table.Name) error {
 		return err
 	}
 	return errors.Join(mg.Up(), mg.Close())
+}
+
+// createSchema creates the schema unless it exists. Two replicas started together with
+// --migrate would otherwise race: CREATE SCHEMA IF NOT EXISTS is not atomic against a
+// concurrent one and fails with a unique violation, so the creation is serialised on a
+// transaction-scoped advisory lock derived from the schema's name.
+func createSchema(ctx context.Context, db *sql.DB, schema string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('outboxd:create-schema:' || $1))`, schema); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+table.Quote(schema)); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

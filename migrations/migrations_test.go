@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,30 @@ func TestRenderRefusesAnInjectedName(t *testing.T) {
 	for _, n := range []table.Name{{Schema: "outbox", Table: "x; drop table y"}, {Schema: `a"b`, Table: "m"}} {
 		if _, err := migrations.Render(n); err == nil || !strings.Contains(err.Error(), "identifier") {
 			t.Fatalf("render %q: %v", n, err)
+		}
+	}
+}
+
+func TestReplicasMigratingANewSchemaAtTheSameInstantAllSucceed(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.EmptyDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := 0; round < 5; round++ {
+		n := table.Name{Schema: fmt.Sprintf("race_%d", round), Table: "messages"}
+		errs := make(chan error, 4)
+		start := make(chan struct{})
+		for i := 0; i < 4; i++ {
+			go func() {
+				<-start
+				errs <- migrations.Up(ctx, dsn, n)
+			}()
+		}
+		close(start)
+		for i := 0; i < 4; i++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a replica migrating at the same instant failed: %v", round, err)
+			}
 		}
 	}
 }
