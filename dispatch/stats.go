@@ -42,22 +42,30 @@ func NewSampler(streams []string, interval time.Duration, st BacklogStore, emit 
 
 // Run samples at start and then every interval until ctx ends.
 func (s *Sampler) Run(ctx context.Context) error {
+	sampleEvery(ctx, s.interval, s.log, "backlog sample failed", s.Sample)
+	return nil
+}
+
+// sampleEvery runs sample at once and then every interval (with jitter) until ctx ends,
+// logging failures at the first and every 30th in a row so a down database does not
+// flood the log.
+func sampleEvery(ctx context.Context, interval time.Duration, log *slog.Logger, msg string, sample func(context.Context) error) {
 	failures := 0
 	for {
-		if err := s.Sample(ctx); err != nil && ctx.Err() == nil {
+		if err := sample(ctx); err != nil && ctx.Err() == nil {
 			failures++
 			if failures == 1 || failures%30 == 0 {
-				s.log.Warn("backlog sample failed", "err", err, "consecutive", failures)
+				log.Warn(msg, "err", err, "consecutive", failures)
 			}
 		} else {
 			failures = 0
 		}
-		t := time.NewTimer(jitter(s.interval))
+		t := time.NewTimer(jitter(interval))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return
 		}
 	}
 }

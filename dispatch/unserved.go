@@ -64,24 +64,8 @@ func NewUnservedSampler(served []string, interval time.Duration, st UnservedStor
 
 // Run samples at start and then every interval until ctx ends.
 func (s *UnservedSampler) Run(ctx context.Context) error {
-	failures := 0
-	for {
-		if err := s.Sample(ctx); err != nil && ctx.Err() == nil {
-			failures++
-			if failures == 1 || failures%30 == 0 {
-				s.log.Warn("unserved-stream sample failed", "err", err, "consecutive", failures)
-			}
-		} else {
-			failures = 0
-		}
-		t := time.NewTimer(jitter(s.interval))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		}
-	}
+	sampleEvery(ctx, s.interval, s.log, "unserved-stream sample failed", s.Sample)
+	return nil
 }
 
 // Sample takes one sample, emits it and warns when it is due.
