@@ -201,7 +201,7 @@ wait:
 		fmt.Fprintln(e.stdout, string(out))
 	} else {
 		fmt.Fprint(e.stderr, "\r\033[K")
-		printSummary(e.stdout, sum)
+		printSummary(e.stdout, sum, config.RedactDSN(cfg.DatabaseURL))
 	}
 	if failure != nil {
 		return failure
@@ -342,7 +342,7 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
 }
 
-func printSummary(w io.Writer, s demoSummary) {
+func printSummary(w io.Writer, s demoSummary, dsn string) {
 	fmt.Fprintf(w, `outboxd demo: embedded NATS JetStream, PostgreSQL table %s
 
   produced      %d (in transactions; %d rolled back on purpose)
@@ -355,9 +355,9 @@ func printSummary(w io.Writer, s demoSummary) {
   commit→ack    p50 %.1f ms, p99 %.1f ms (commit returned → JetStream PubAck)
 
 Inspect the table:
-  psql "$OUTBOXD_DATABASE_URL" -c 'SELECT * FROM %s'
+  psql "%s" -c 'SELECT * FROM %s'
 `, demoTable, s.Produced, s.RolledBack, s.Committed, s.Delivered, s.Duplicates, s.Lost, s.Phantoms,
-		s.MsgsPerSec, s.Seconds, s.LatencyP50Ms, s.LatencyP99Ms, demoTable.Schema+"."+demoTable.Table+"_stats")
+		s.MsgsPerSec, s.Seconds, s.LatencyP50Ms, s.LatencyP99Ms, dsn, demoTable.Schema+"."+demoTable.Table+"_stats")
 }
 
 // timedPublisher records when the broker confirmed each message.
