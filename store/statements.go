@@ -6,21 +6,25 @@ import "github.com/outboxd/outboxd/table"
 // validated and quoted by package table; every value is a parameter.
 type statements struct {
 	claim, ack, release, retry, deferral, fail string
+	claimOrderedFirst, claimOrderedAfter       string
 	versionTableExists, schemaVersion          string
 	reclaim, purge, backlog                    string
 }
 
 func newStatements(n table.Name) statements {
 	return statements{
-		claim:    render(claimSQL, n),
-		ack:      render(ackSQL, n),
-		release:  render(releaseSQL, n),
-		retry:    render(retrySQL, n),
-		deferral: render(deferSQL, n),
-		fail:     render(failSQL, n),
-		reclaim:  render(reclaimSQL, n),
-		purge:    render(purgeSQL, n),
-		backlog:  render(backlogSQL, n),
+		claim: render(claimSQL, n),
+
+		claimOrderedFirst: render(renderOrderedClaim("key >= $6", orderedClaimSQL), n),
+		claimOrderedAfter: render(renderOrderedClaim("key > $6", orderedClaimSQL), n),
+		ack:               render(ackSQL, n),
+		release:           render(releaseSQL, n),
+		retry:             render(retrySQL, n),
+		deferral:          render(deferSQL, n),
+		fail:              render(failSQL, n),
+		reclaim:           render(reclaimSQL, n),
+		purge:             render(purgeSQL, n),
+		backlog:           render(backlogSQL, n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
 		schemaVersion: `SELECT version, dirty FROM ` + table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable()) +
