@@ -18,6 +18,8 @@ type outcomes struct {
 	defers     []store.Deferral
 	fails      []store.Failure
 	releases   []int64
+	heldBack   []int64          // ordered streams: handed back behind a key's failed message
+	violations int              // ordered streams: confirmed behind a key's failed message
 	reasons    map[string]int   // failures counted by reason
 	errorKinds map[string]int   // broker errors counted by kind
 	reasonOf   map[int64]string // each failed message's reason
@@ -37,7 +39,12 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	}
 	pubCtx, cancel := context.WithTimeout(hard, p.cfg.PublishTimeout)
 	start := p.now()
-	errs := p.pub.Publish(pubCtx, msgs)
+	var errs []error
+	if p.ordered != nil {
+		errs = p.ordered.PublishOrdered(pubCtx, msgs)
+	} else {
+		errs = p.pub.Publish(pubCtx, msgs)
+	}
 	publishTime := p.now().Sub(start)
 	cancel()
 
@@ -82,8 +89,28 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 		}
 		o.retries = append(o.retries, store.Retry{ID: m.ID, Delay: backoff(p.cfg.BackoffInitial, p.cfg.BackoffMax, attempt), Err: err.Error()})
 	}
+	var stopped map[string]bool // ordered streams: keys stopped at a message that did not go
 	for i, m := range batch {
 		err := errs[i]
+		if p.ordered != nil && m.Key != nil {
+			if stopped[string(m.Key)] {
+				// Behind a message of its key that did not go through: hand it back to
+				// be published after that one, whatever its own outcome. Confirmed
+				// anyway means the broker holds it ahead of its predecessor.
+				if err == nil {
+					o.violations++
+					o.reached = true
+				}
+				o.heldBack = append(o.heldBack, m.ID)
+				continue
+			}
+			if err != nil {
+				if stopped == nil {
+					stopped = map[string]bool{}
+				}
+				stopped[string(m.Key)] = true
+			}
+		}
 		if err == nil {
 			o.acks = append(o.acks, m.ID)
 			o.reached = true
@@ -101,6 +128,8 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 		case router.KindUnreachable:
 			o.missed = true
 			o.defers = append(o.defers, store.Deferral{ID: m.ID, Delay: deferFor, Err: err.Error()})
+		case router.KindHeldBack:
+			o.heldBack = append(o.heldBack, m.ID)
 		case router.KindCanceled:
 			if shuttingDown {
 				o.releases = append(o.releases, m.ID)
@@ -121,7 +150,7 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 // retried until the lease would have expired, after which the rows are left for lease
 // reclaiming.
 func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes) events.Iteration {
-	ev := events.Iteration{FailReasons: o.reasons, ErrorKinds: o.errorKinds}
+	ev := events.Iteration{FailReasons: o.reasons, ErrorKinds: o.errorKinds, OrderViolations: o.violations}
 	deadline := p.now().Add(p.cfg.LeaseTTL)
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
@@ -161,6 +190,7 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 			return res.WriteResult, err
 		}, &ev.Deferred},
 		{len(o.releases), func() (store.WriteResult, error) { return p.store.Release(wctx, t, o.releases) }, &ev.Released},
+		{len(o.heldBack), func() (store.WriteResult, error) { return p.store.Release(wctx, t, o.heldBack) }, &ev.HeldBack},
 	}
 	for _, s := range steps {
 		if s.n == 0 {
@@ -174,6 +204,10 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 		}
 		*s.count += res.Changed
 		ev.LeaseConflicts += res.Refused
+	}
+	if o.violations > 0 {
+		p.log.Error("the broker confirmed messages of an ordered stream behind a failed message of their key; they will be published again after it",
+			"messages", o.violations)
 	}
 	if ev.LeaseConflicts > 0 {
 		p.log.Warn("write-back refused: lease moved on (the batch outlived its lease)", "rows", ev.LeaseConflicts)

@@ -24,6 +24,7 @@ import (
 // Store is what a pipeline needs from the database.
 type Store interface {
 	Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
+	ClaimOrdered(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, cur *store.KeyCursor) (store.Claim, error)
 	Ack(ctx context.Context, token store.Token, ids []int64) (store.AckResult, error)
 	Retry(ctx context.Context, token store.Token, retries []store.Retry) (store.WriteResult, error)
 	Defer(ctx context.Context, token store.Token, deferrals []store.Deferral, maxDefer time.Duration) (store.DeferResult, error)
@@ -36,14 +37,23 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs []router.Message) []error
 }
 
+// OrderedPublisher is what the pipeline of an ordered stream needs besides: a publish
+// that never sends a message after an earlier one of its key failed
+// (router.Publisher.PublishOrdered).
+type OrderedPublisher interface {
+	Publisher
+	PublishOrdered(ctx context.Context, msgs []router.Message) []error
+}
+
 // Emitter receives the pipeline's events. It must not block.
 type Emitter interface {
 	Emit(events.Event)
 }
 
 var (
-	_ Store     = (*store.Store)(nil)
-	_ Publisher = (*router.Publisher)(nil)
+	_ Store            = (*store.Store)(nil)
+	_ Publisher        = (*router.Publisher)(nil)
+	_ OrderedPublisher = (*router.Publisher)(nil)
 )
 
 // PipelineConfig tunes one stream's pipeline; zero values take the defaults noted.
@@ -68,6 +78,10 @@ type PipelineConfig struct {
 	BreakerThreshold int
 	BreakerPause     time.Duration
 	BreakerMaxPause  time.Duration
+	// Ordered delivers the messages that share a key in id order (docs/ordering.md):
+	// claims take a key only from its head, and a key stops at its first message that
+	// does not go through. Messages without a key are not ordered.
+	Ordered bool
 }
 
 func (c *PipelineConfig) defaults() error {
@@ -118,6 +132,9 @@ type Pipeline struct {
 
 	mu      sync.Mutex // guards breaker
 	breaker *breaker
+
+	ordered OrderedPublisher // set for an ordered stream
+	cursor  store.KeyCursor  // where the next ordered claim resumes; Run's own
 }
 
 // NewPipeline builds a pipeline; emit and logger may be nil.
@@ -127,6 +144,13 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 	}
 	if st == nil || pub == nil {
 		return nil, fmt.Errorf("pipeline %s: store and publisher are required", cfg.Stream)
+	}
+	var ordered OrderedPublisher
+	if cfg.Ordered {
+		var ok bool
+		if ordered, ok = pub.(OrderedPublisher); !ok {
+			return nil, fmt.Errorf("pipeline %s: the stream is ordered but its publisher cannot publish in key order", cfg.Stream)
+		}
 	}
 	if emit == nil {
 		emit = discardEmitter{}
@@ -143,6 +167,7 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 		wake:    make(chan struct{}, 1),
 		now:     time.Now,
 		breaker: newBreaker(cfg.BreakerThreshold, cfg.BreakerPause, cfg.BreakerMaxPause),
+		ordered: ordered,
 	}, nil
 }
 
@@ -191,7 +216,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 
 		start := p.now()
-		claim, err := p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+		claim, err := p.claim(ctx, limit)
 		claimTime := p.now().Sub(start)
 		if err != nil || len(claim.Messages) == 0 {
 			<-slots
@@ -229,6 +254,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	inflight.Wait()
 	grace.Stop()
 	return nil
+}
+
+// claim leases the next batch: an ordered stream's keys from their heads (resuming the
+// walk over keys where the last claim left it), any other stream's rows in order of
+// availability.
+func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
+	if p.ordered != nil {
+		return p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
+	}
+	return p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
 }
 
 // sleep waits for d, ctx's end, or (when wakeable) a wake-up.

@@ -21,6 +21,15 @@ type Iteration struct {
 	Deferred  int // broker unreachable; no attempt spent
 	Failed    int // failed for good (permanent error, attempts or max_defer exhausted)
 	Released  int // handed back unpublished at shutdown
+	// HeldBack counts messages of ordered streams handed back unsent, without an
+	// attempt, because an earlier message of their key did not go through.
+	HeldBack int
+	// OrderViolations counts messages of ordered streams the broker confirmed although
+	// an earlier message of their key in the same batch failed: the broker holds them
+	// ahead of their predecessor. They are handed back, so that they are published again
+	// after it. Only a broker refusing one message and accepting the next can cause it
+	// (docs/ordering.md); the dispatcher's own order never does.
+	OrderViolations int
 	// FailReasons counts failures by the broker error kind that caused them.
 	FailReasons map[string]int
 	// ErrorKinds counts the broker's errors by kind (retryable, permanent, unreachable,
@@ -103,6 +112,14 @@ type Backlog struct {
 	OldestPendingAge time.Duration
 }
 
+// BlockedKeys is the state of one ordered stream's keys held up by a failed head,
+// sampled by every replica.
+type BlockedKeys struct {
+	Stream  string
+	Keys    int64 // keys whose head failed for good and was not skipped
+	Waiting int64 // messages waiting behind those heads
+}
+
 // UnservedStreams lists, on every sample, the streams that have pending rows although
 // this replica's configuration routes none of them: rows nobody delivers when every
 // replica shares the configuration (a typo in a producer's stream, a stream not yet
@@ -175,6 +192,7 @@ func (ListenerState) event()  {}
 func (MessageFailed) event()        {}
 func (LeasesReclaimed) event()      {}
 func (Backlog) event()              {}
+func (BlockedKeys) event()          {}
 func (UnservedStreams) event()      {}
 func (RetentionSwept) event()       {}
 func (PartitionChanged) event()     {}

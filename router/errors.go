@@ -21,6 +21,9 @@ const (
 	// KindCanceled: our own context ended before the outcome was known (shutdown);
 	// hand the message back unchanged.
 	KindCanceled
+	// KindHeldBack: not sent, because an earlier message of its key in an ordered
+	// stream did not go through; hand it back unchanged, without spending an attempt.
+	KindHeldBack
 )
 
 func (k Kind) String() string {
@@ -33,6 +36,8 @@ func (k Kind) String() string {
 		return "unreachable"
 	case KindCanceled:
 		return "canceled"
+	case KindHeldBack:
+		return "held_back"
 	}
 	return "unknown"
 }
@@ -57,6 +62,9 @@ func Unreachable(err error) error { return &Error{Kind: KindUnreachable, Err: er
 
 // Canceled classifies err as the end of our own context.
 func Canceled(err error) error { return &Error{Kind: KindCanceled, Err: err} }
+
+// HeldBack classifies err as a message not sent because its key's predecessor failed.
+func HeldBack(err error) error { return &Error{Kind: KindHeldBack, Err: err} }
 
 // KindOf returns the kind of a publish error: its classification when a driver gave
 // one; canceled for a bare context error; retryable otherwise.

@@ -108,11 +108,28 @@ func (c *publishCall) run() {
 	}
 	// The broker refused a request as too large: its limit for that topic is lower
 	// than ours, and the message at fault cannot be told from the others that shared
-	// its request. Alone, each gets its own answer.
+	// its request. Alone, each gets its own answer, in order. For an ordered stream,
+	// once one of a key fails, the key's later messages are held back unsent, so that
+	// none of them is appended ahead of it.
+	ordered := router.KeyOrdered(c.ctx)
+	var failedKeys map[string]int64
 	for _, i := range send {
-		if tooLarge(c.out[i]) {
-			c.out[i] = nil
-			c.send([]int{i})
+		if !tooLarge(c.out[i]) {
+			continue
+		}
+		key := c.msgs[i].Key
+		if id, ok := failedKeys[string(key)]; ok && key != nil {
+			c.out[i] = router.HeldBack(publishError(c.msgs[i].Topic, fmt.Errorf(
+				"message %d waits for message %d of key %q, which the broker refused", c.msgs[i].ID, id, key)))
+			continue
+		}
+		c.out[i] = nil
+		c.send([]int{i})
+		if c.out[i] != nil && key != nil && ordered {
+			if failedKeys == nil {
+				failedKeys = map[string]int64{}
+			}
+			failedKeys[string(key)] = c.msgs[i].ID
 		}
 	}
 }

@@ -586,3 +586,43 @@ func TestPublishingAfterCloseSendsNothingAndSaysTheDriverIsClosed(t *testing.T) 
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// In an ordered publish the same refusal must not let the culprit's successors of its
+// key overtake it: they are held back unsent, while messages before it and of other
+// keys are delivered.
+func TestInAnOrderedPublishAMessageRefusedAsTooLargeHoldsBackItsKey(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t, 1)
+	createTopic(t, k.Addr(), "small", 1, kafka.ConfigEntry{ConfigName: "max.message.bytes", ConfigValue: "8192"})
+	d := newDriver(t, testConfig(k.Addr()))
+	rt, err := router.New(router.Route{Stream: "s", DriverName: "k", Driver: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := rt.Publisher("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = 4
+	msgs := numbered("small", 12, "k")
+	msgs[10].Key, msgs[11].Key = []byte("other"), []byte("other")
+	msgs[bad].Payload = bytes.Repeat([]byte{'y'}, 20_000) // under our limit, over the topic's
+	errs := pub.PublishOrdered(testCtx(t), msgs)
+	for i, err := range errs {
+		switch {
+		case i == bad:
+			if router.KindOf(err) != router.KindPermanent {
+				t.Fatalf("the oversize message: %v, want permanent", err)
+			}
+		case i > bad && i < 10:
+			if router.KindOf(err) != router.KindHeldBack {
+				t.Fatalf("message %d behind the refused one of its key: %v, want held back", i, err)
+			}
+		case err != nil:
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if got := readTopic(t, k.Addr(), "small", bad+2); len(got[0]) != bad+2 {
+		t.Fatalf("%d messages at the broker, want %d (before the culprit, and the other key)", len(got[0]), bad+2)
+	}
+}
