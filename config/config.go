@@ -73,7 +73,10 @@ type Stream struct {
 	BackoffMax     time.Duration `yaml:"backoff_max"`
 	MaxAttempts    int           `yaml:"max_attempts"`
 	MaxDefer       time.Duration `yaml:"max_defer"`
-	DeadLetter     DeadLetter    `yaml:"dead_letter"`
+	// Ordered delivers the messages that share a key in the order they were inserted
+	// (docs/ordering.md).
+	Ordered    bool       `yaml:"ordered"`
+	DeadLetter DeadLetter `yaml:"dead_letter"`
 }
 
 // DeadLetter names where a stream sends messages it gives up on; both fields or neither.
