@@ -77,6 +77,9 @@ type benchSettings struct {
 	// Retained delivered rows kept in the table through every phase, to show that
 	// claim cost does not grow with the delivered rows a deployment keeps.
 	Retained int `json:"retained"`
+	// Ordered makes every stream ordered (per-key FIFO): the SQL ceiling uses the
+	// ordered claim and the dispatcher runs with streams.<name>.ordered.
+	Ordered bool `json:"ordered"`
 }
 
 // benchOptions are the command line, parsed.
@@ -98,6 +101,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 	messages := fs.Int("messages", 100000, "backlog size of the SQL ceiling and of each drain")
 	payload := fs.Int("payload", 1024, "payload bytes per message")
 	keys := fs.Int("keys", 1000, "distinct message keys")
+	ordered := fs.Bool("ordered", false, "make the streams ordered (per-key FIFO, docs/ordering.md); --keys 1 is a single hot key")
 	retained := fs.Int("retained", 0, "delivered rows kept in the table through every phase (e.g. 10000000)")
 	streams := fs.Int("streams", 1, "streams the backlog is spread over, one pipeline each")
 	batch := fs.Int("batch", def.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")
@@ -145,7 +149,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 		Messages: *messages, PayloadBytes: *payload, Keys: *keys, Streams: *streams,
 		BatchSize: *batch, BatchSizeFrom: from("batch"), Concurrency: *concurrency, ConcurrencyFrom: from("concurrency"),
 		Rate: *rate, LatencySeconds: latencyFor.Seconds(), IdleSamples: *idle, ProducerMessages: producerMessages,
-		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained,
+		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained, Ordered: *ordered,
 	}
 	switch {
 	case *messages < 1 || *keys < 1 || *streams < 1 || *idle < 1 || *rate < 1:
@@ -224,7 +228,7 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 	for _, name := range benchStreams(o.set.Streams) {
 		s := config.DefaultStream()
 		s.Driver, s.TopicPrefix = benchDriverName, benchPrefix
-		s.BatchSize, s.Concurrency = o.set.BatchSize, o.set.Concurrency
+		s.BatchSize, s.Concurrency, s.Ordered = o.set.BatchSize, o.set.Concurrency, o.set.Ordered
 		cfg.Streams[name] = s
 	}
 	if err := cfg.Validate(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
 )
 
 // message is the i-th message of a phase: streams round-robin, keys cycling, the same
@@ -164,8 +165,15 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 	for _, stream := range b.streams {
 		for range b.opt.set.Concurrency {
 			g.Go(func() error {
+				var cur store.KeyCursor
+				claim := func() (store.Claim, error) {
+					if b.opt.set.Ordered {
+						return b.store.ClaimOrdered(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, &cur)
+					}
+					return b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease)
+				}
 				for {
-					c, err := b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease)
+					c, err := claim()
 					if err != nil || len(c.Messages) == 0 {
 						return err
 					}
@@ -429,6 +437,17 @@ type confirmingPublisher struct {
 
 func (c *confirmingPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
 	errs := c.next.Publish(ctx, msgs)
+	c.conf.record(msgs, errs, time.Now())
+	return errs
+}
+
+// PublishOrdered is Publish for ordered streams (dispatch.OrderedPublisher).
+func (c *confirmingPublisher) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
+	ordered, ok := c.next.(dispatch.OrderedPublisher)
+	if !ok {
+		return c.Publish(ctx, msgs)
+	}
+	errs := ordered.PublishOrdered(ctx, msgs)
 	c.conf.record(msgs, errs, time.Now())
 	return errs
 }

@@ -132,10 +132,17 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "backlog    %s messages × %s B payload, %s keys, %d stream(s)\n",
 		thousands(float64(s.Messages)), thousands(float64(s.PayloadBytes)), thousands(float64(s.Keys)), s.Streams)
 	fmt.Fprintf(w, "pipelines  batch_size %d (%s), concurrency %d (%s)\n", s.BatchSize, from(s.BatchSizeFrom), s.Concurrency, from(s.ConcurrencyFrom))
+	if s.Ordered {
+		fmt.Fprintf(w, "ordered    yes: per-key FIFO over %d keys\n", s.Keys)
+	}
 	fmt.Fprintf(w, "brokers    NATS %s, Kafka %s\n\n", s.NATS, s.Kafka)
 
-	fmt.Fprintf(w, "SQL ceiling (store.Claim + store.Ack, %d goroutines, no broker)  %s msg/s\n",
-		s.Streams*s.Concurrency, thousands(r.SQLCeiling.MsgsPerSec))
+	claim := "store.Claim"
+	if s.Ordered {
+		claim = "store.ClaimOrdered"
+	}
+	fmt.Fprintf(w, "SQL ceiling (%s + store.Ack, %d goroutines, no broker)  %s msg/s\n",
+		claim, s.Streams*s.Concurrency, thousands(r.SQLCeiling.MsgsPerSec))
 	fmt.Fprintf(w, "producer    Enqueue %.1f µs/msg (%d per transaction), EnqueueBatch of %d (COPY) %.1f µs/msg\n\n",
 		r.Producer.EnqueueUsPerMsg, r.Producer.BatchSize, r.Producer.BatchSize, r.Producer.EnqueueBatchUsPerMsg)
 
