@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/events"
@@ -82,6 +83,67 @@ func (s *Sampler) Sample(ctx context.Context) error {
 	for _, b := range backlogs {
 		s.emit.Emit(events.Backlog{Stream: b.Stream, Pending: b.Pending, Leased: b.Leased, Failed: b.Failed,
 			Deferred: b.Deferred, OldestPendingAge: b.OldestPendingAge})
+	}
+	return nil
+}
+
+// BlockedStore is what the blocked-key sampler needs from the database.
+type BlockedStore interface {
+	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
+}
+
+var _ BlockedStore = (*store.Store)(nil)
+
+// BlockedSampler reports, on every replica and without any lock, the keys of ordered
+// streams that a failed head holds up and the messages waiting behind them. A head that
+// failed for good stops its key until an operator skips or requeues it; this sample is
+// how that becomes visible (outboxd_ordered_blocked_keys).
+type BlockedSampler struct {
+	streams  []string
+	interval time.Duration
+	store    BlockedStore
+	emit     Emitter
+	log      *slog.Logger
+}
+
+// NewBlockedSampler builds a sampler of the ordered streams every interval.
+func NewBlockedSampler(ordered []string, interval time.Duration, st BlockedStore, emit Emitter, logger *slog.Logger) *BlockedSampler {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	if emit == nil {
+		emit = discardEmitter{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &BlockedSampler{streams: slices.Clone(ordered), interval: interval, store: st, emit: emit,
+		log: logger.With("component", "blocked-sampler")}
+}
+
+// Run samples at start and then every interval until ctx ends.
+func (s *BlockedSampler) Run(ctx context.Context) error {
+	sampleEvery(ctx, s.interval, s.log, "blocked-key sample failed", s.Sample)
+	return nil
+}
+
+// Sample takes one sample and emits one BlockedKeys event per stream, zeros included,
+// so that a gauge returns to 0 once the head is skipped or requeued.
+func (s *BlockedSampler) Sample(ctx context.Context) error {
+	if len(s.streams) == 0 {
+		return nil
+	}
+	found, err := s.store.Blocked(ctx, s.streams)
+	if err != nil {
+		return err
+	}
+	byStream := make(map[string]store.BlockedStream, len(found))
+	for _, b := range found {
+		byStream[b.Stream] = b
+	}
+	for _, name := range s.streams {
+		b := byStream[name]
+		s.emit.Emit(events.BlockedKeys{Stream: name, Keys: b.Keys, Waiting: b.Waiting})
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // dispatcher is everything `outboxd run` starts: the pool, the router with its
-// drivers, one pipeline per stream, the listener, janitor and sampler, and the event
+// drivers, one pipeline per stream, the listener, janitor and samplers, and the event
 // bus with the dead-letter forwarder.
 type dispatcher struct {
 	pool       *pgxpool.Pool
@@ -38,6 +38,7 @@ type dispatcher struct {
 	janitor    *dispatch.Janitor
 	sampler    *dispatch.Sampler
 	unserved   *dispatch.UnservedSampler
+	blocked    *dispatch.BlockedSampler // nil when no stream is ordered
 	bus        *events.Bus
 	deadLetter *dispatch.DeadLetterForwarder
 	// busSubscribers names the dispatcher's own asynchronous bus subscribers.
@@ -174,6 +175,9 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
 	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
 	d.unserved = dispatch.NewUnservedSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+	if ordered := orderedStreams(cfg); len(ordered) > 0 {
+		d.blocked = dispatch.NewBlockedSampler(ordered, j.StatsInterval, d.store, d.bus, logger)
+	}
 
 	var dead []dispatch.DeadLetterRoute
 	for _, stream := range d.router.Streams() {
@@ -199,6 +203,17 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		opt.subscribe(d.bus)
 	}
 	return d, nil
+}
+
+// orderedStreams names the streams configured ordered, in name order.
+func orderedStreams(cfg *config.Config) []string {
+	var out []string
+	for _, name := range sortedKeys(cfg.Streams) {
+		if cfg.Streams[name].Ordered {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // pipelineConfig maps a stream's settings onto its pipeline.
@@ -250,7 +265,11 @@ func (d *dispatcher) run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run, d.unserved.Run} {
+	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run, d.unserved.Run}
+	if d.blocked != nil {
+		loops = append(loops, d.blocked.Run)
+	}
+	for _, loop := range loops {
 		background.Add(1)
 		go func() {
 			defer background.Done()
