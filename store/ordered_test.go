@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -285,5 +287,32 @@ func TestConcurrentOrderedClaimersDeliverEveryKeyInOrder(t *testing.T) {
 			t.Fatalf("key %s: row %d delivered at %s, before its predecessor %d at %s", d.key, d.id, d.at, p.id, p.at)
 		}
 		last[d.key] = d
+	}
+}
+
+// The partitioned layout has the same key order index, per partition; the walk over
+// keys and the runs behind heads cross partitions.
+func TestOrderedClaimWorksOnThePartitionedLayout(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPGLayout(t, migrations.Partitioned)
+	s, err := store.New(pg.Pool, pg.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{pg: pg, store: s, ctx: t.Context()}
+	r := f.insertKeyed(t, "s", "a", "b", "a", "", "b")
+	var cur store.KeyCursor
+	c := f.claimOrdered(t, &cur, 100)
+	if !same(ids(c), r) {
+		t.Fatalf("claim took %v, want %v", ids(c), r)
+	}
+	if _, err := f.store.Retry(f.ctx, c.Token, []store.Retry{{ID: r[0], Delay: time.Hour, Err: "busy"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Release(f.ctx, c.Token, []int64{r[1], r[2], r[3], r[4]}); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.claimOrdered(t, &cur, 100); !same(ids(c), []int64{r[1], r[3], r[4]}) {
+		t.Fatalf("claim took %v, want b's rows and the keyless one (a waits behind its head)", ids(c))
 	}
 }
