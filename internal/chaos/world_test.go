@@ -51,9 +51,11 @@ var (
 // settings are one scenario's knobs: the form's, adjusted by the scenario.
 type settings struct {
 	messages int // the form's, for tuning
-	replicas                                                                     int
-	leaseTTL, publishTimeout, pollInterval, backoffInitial, backoffMax, janitorT time.Duration
-	maxAttempts, batchSize, concurrency                                          int
+	replicas int
+	// Stream and janitor settings every replica runs with (docs/configuration.md).
+	leaseTTL, publishTimeout, pollInterval time.Duration
+	backoffInitial, backoffMax, janitorT   time.Duration
+	maxAttempts, batchSize, concurrency    int
 	// deadLetterEvery makes every n-th orders message go to a topic that does not
 	// exist, so it fails for good and is forwarded to the dead-letter stream (0: none).
 	deadLetterEvery int
