@@ -43,6 +43,17 @@ bench: ## Run the benchmarks against an ensured PostgreSQL (ARGS= passed to go t
 	@set -euo pipefail; trap 'outboxd_pg_stop || true' EXIT; . scripts/ensure-postgres.sh; \
 	  $(GO) test -run '^$$' -bench . -benchmem ./... $(ARGS)
 
+chaos: ## Fault-injection suite, full form: 100,000 messages per scenario (docs/chaos.md; ARGS= go test's)
+	bash scripts/chaos.sh $(ARGS)
+
+# How long make soak runs: a Go duration.
+DURATION ?= 30m
+
+soak: ## Load with faults in rotation for DURATION (default 30m); RSS and goroutines must stay flat
+	bash scripts/chaos.sh --soak $(DURATION) $(ARGS)
+
+.PHONY: chaos soak
+
 pg-env: ## Print export OUTBOXD_TEST_DATABASE_URL=... (a server it has to start keeps running)
 	@bash scripts/ensure-postgres.sh
 
