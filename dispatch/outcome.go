@@ -146,34 +146,39 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 }
 
 // writeBack applies the outcomes, each in one lease-checked statement. Write-backs run
-// even after shutdown began (they are what makes shutdown safe); a failing database is
-// retried until the lease would have expired, after which the rows are left for lease
-// reclaiming.
+// even after shutdown began (they are what makes shutdown safe). Each statement is sent
+// at least once, on a deadline of its own, even when the process was paused (SIGSTOP, a
+// long GC pause, a frozen VM) for longer than the lease: the lease check then decides,
+// so rows another replica took over are refused and counted as lease conflicts, and
+// rows nobody took over are still written back instead of being published again. A
+// failing database is retried until the lease would have expired, after which the rows
+// are left for lease reclaiming.
 func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes) events.Iteration {
 	ev := events.Iteration{FailReasons: o.reasons, ErrorKinds: o.errorKinds, OrderViolations: o.violations}
+	base := context.WithoutCancel(ctx)
 	deadline := p.now().Add(p.cfg.LeaseTTL)
-	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	wctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
 	t := claim.Token
 	var failed []store.FailedRow // rows failed for good, as stored, for MessageFailed
 	failReason := make(map[int64]string, len(o.fails))
 	steps := []struct {
 		n     int
-		write func() (store.WriteResult, error)
+		write func(context.Context) (store.WriteResult, error)
 		count *int
 	}{
-		{len(o.acks), func() (store.WriteResult, error) {
+		{len(o.acks), func(wctx context.Context) (store.WriteResult, error) {
 			res, err := p.store.Ack(wctx, t, o.acks)
 			ev.DeliveryLags = res.Lags
 			return res.WriteResult, err
 		}, &ev.Published},
-		{len(o.fails), func() (store.WriteResult, error) {
+		{len(o.fails), func(wctx context.Context) (store.WriteResult, error) {
 			res, err := p.store.Fail(wctx, t, o.fails)
 			failed = append(failed, res.Rows...)
 			return res.WriteResult, err
 		}, &ev.Failed},
-		{len(o.retries), func() (store.WriteResult, error) { return p.store.Retry(wctx, t, o.retries) }, &ev.Retried},
-		{len(o.defers), func() (store.WriteResult, error) {
+		{len(o.retries), func(wctx context.Context) (store.WriteResult, error) { return p.store.Retry(wctx, t, o.retries) }, &ev.Retried},
+		{len(o.defers), func(wctx context.Context) (store.WriteResult, error) {
 			res, err := p.store.Defer(wctx, t, o.defers, p.cfg.MaxDefer)
 			failed = append(failed, res.Expired...)
 			for _, r := range res.Expired {
@@ -189,14 +194,14 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 			}
 			return res.WriteResult, err
 		}, &ev.Deferred},
-		{len(o.releases), func() (store.WriteResult, error) { return p.store.Release(wctx, t, o.releases) }, &ev.Released},
-		{len(o.heldBack), func() (store.WriteResult, error) { return p.store.Release(wctx, t, o.heldBack) }, &ev.HeldBack},
+		{len(o.releases), func(wctx context.Context) (store.WriteResult, error) { return p.store.Release(wctx, t, o.releases) }, &ev.Released},
+		{len(o.heldBack), func(wctx context.Context) (store.WriteResult, error) { return p.store.Release(wctx, t, o.heldBack) }, &ev.HeldBack},
 	}
 	for _, s := range steps {
 		if s.n == 0 {
 			continue
 		}
-		res, err := p.retryWrite(wctx, s.write)
+		res, err := p.retryWrite(base, wctx, s.write)
 		if err != nil {
 			ev.Err = errors.Join(ev.Err, err)
 			p.log.Error("write-back failed; rows stay leased until their lease expires", "rows", s.n, "err", err)
@@ -245,12 +250,20 @@ func (p *Pipeline) reportFailed(claim store.Claim, o outcomes, failed []store.Fa
 	}
 }
 
-// retryWrite runs write until it succeeds or ctx ends, pausing between tries.
-func (p *Pipeline) retryWrite(ctx context.Context, write func() (store.WriteResult, error)) (store.WriteResult, error) {
+// retryWrite runs write until it succeeds or ctx ends, pausing between tries. A write
+// that ctx's end kept from the database (the deadline passed before or during the try,
+// as when the process was paused) gets one more try on a deadline of its own derived
+// from base: a write-back must reach the database once for the lease check to judge it.
+func (p *Pipeline) retryWrite(base, ctx context.Context, write func(context.Context) (store.WriteResult, error)) (store.WriteResult, error) {
 	for attempt := 1; ; attempt++ {
-		res, err := write()
-		if err == nil || ctx.Err() != nil {
-			return res, err
+		res, err := write(ctx)
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			last, cancel := context.WithTimeout(base, lastWriteTimeout)
+			defer cancel()
+			return write(last)
 		}
 		if attempt == 1 {
 			p.log.Warn("write-back failed; retrying", "err", err)
@@ -260,7 +273,9 @@ func (p *Pipeline) retryWrite(ctx context.Context, write func() (store.WriteResu
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return res, err
 		}
 	}
 }
+
+// lastWriteTimeout bounds the one try a write-back gets after its deadline passed.
+const lastWriteTimeout = 10 * time.Second

@@ -5,7 +5,7 @@ package chaos_test
 import (
 	"context"
 
-	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,10 +17,6 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// envRepro enables the reproductions of open findings (docs/chaos.md, "Findings"):
-// they fail until the finding is fixed, so the normal run skips them.
-const envRepro = "OUTBOXD_TEST_CHAOS_REPRO"
-
 // pausedStore is the real store, except that one acknowledgement waits, as a replica
 // stopped (SIGSTOP, a long GC pause, a frozen VM) in the middle of its write-back
 // would: it starts, the process freezes until the write-back's deadline has passed,
@@ -30,14 +26,14 @@ type pausedStore struct {
 	*store.Store
 	paused  chan store.Token // receives the token of the paused write-back
 	release chan struct{}    // closed to let it go on
+	once    atomic.Bool      // only the first acknowledgement pauses
 }
 
 func (s *pausedStore) Ack(ctx context.Context, token store.Token, ids []int64) (store.AckResult, error) {
-	select {
-	case s.paused <- token:
+	if s.once.CompareAndSwap(false, true) {
+		s.paused <- token
 		<-ctx.Done() // frozen past the write-back's deadline …
 		<-s.release  // … while the test lets another replica take the rows over
-	default: // only the first acknowledgement pauses
 	}
 	return s.Store.Ack(ctx, token, ids)
 }
@@ -51,16 +47,13 @@ func (c iterations) Emit(e events.Event) {
 	}
 }
 
-// TestAWriteBackDelayedPastItsDeadlineIsStillJudgedByItsLease reproduces finding F1:
-// a write-back whose deadline passed while the replica was paused is never presented
-// to the database. What the lease decides is then lost: rows another replica took over
+// TestAWriteBackDelayedPastItsDeadlineIsStillJudgedByItsLease holds the fix of finding F1
+// (docs/chaos.md): a write-back whose deadline passed while the replica was paused used
+// never to be presented to the database. What the lease decides is then lost: rows another replica took over
 // are not counted as lease conflicts (duplicates appear with no conflict counted), and
 // rows nobody took over stay leased until they expire and are published a second time,
 // although their lease token still matched.
 func TestAWriteBackDelayedPastItsDeadlineIsStillJudgedByItsLease(t *testing.T) {
-	if os.Getenv(envRepro) == "" {
-		t.Skipf("reproduces open finding F1 (docs/chaos.md); set %s=1 to run it", envRepro)
-	}
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
