@@ -87,7 +87,7 @@ func TestTheContractNamesEveryHeaderAndAttributeOutboxdSends(t *testing.T) {
 		string(tracing.AttrStream), string(tracing.AttrAttempts), string(tracing.AttrWaitMS),
 		"messaging.system", "messaging.destination.name", "messaging.message.id", "error.type",
 	}
-	for _, k := range []router.Kind{router.KindRetryable, router.KindPermanent, router.KindUnreachable, router.KindCanceled} {
+	for _, k := range []router.Kind{router.KindRetryable, router.KindPermanent, router.KindUnreachable, router.KindCanceled, router.KindHeldBack} {
 		sent = append(sent, k.String())
 	}
 	for _, s := range sent {

@@ -21,6 +21,11 @@ func (m *Metrics) Handle(e events.Event) {
 		m.breaker(e)
 	case events.Backlog:
 		m.backlog(e)
+	case events.BlockedKeys:
+		if s, ok := m.streams[e.Stream]; ok { // a gauge of an unconfigured stream would have no meaning
+			s.blockedKeys.Set(float64(e.Keys))
+			s.blockedMessages.Set(float64(e.Waiting))
+		}
 	case events.UnservedStreams:
 		var pending int64
 		var oldest time.Duration
@@ -82,6 +87,8 @@ func (m *Metrics) iteration(e *events.Iteration) {
 	s.deferred.Add(float64(e.Deferred))
 	s.released.Add(float64(e.Released))
 	s.leaseConflicts.Add(float64(e.LeaseConflicts))
+	s.heldBack.Add(float64(e.HeldBack))
+	s.orderViolations.Add(float64(e.OrderViolations))
 	for reason, n := range e.FailReasons {
 		if i := indexOf(failReasons, reason); i >= 0 {
 			s.failed[i].Add(float64(n))

@@ -29,12 +29,14 @@ const (
 )
 
 // dispatcher is outboxd's moving parts on real PostgreSQL and real NATS, wired to one
-// bus the way the binary wires them, with metrics subscribed. Three streams:
+// bus the way the binary wires them, with metrics subscribed. Four streams:
 //
 //   - orders → driver "events" (a NATS server that is up), where the load goes;
 //   - audit  → driver "events", idle: its series must exist at zero;
 //   - ledger → driver "offline" (a NATS server that is down): deferrals, max_defer
-//     failures, a paused stream, and dead-letter forwards that keep being retried.
+//     failures, a paused stream, and dead-letter forwards that keep being retried;
+//   - sequence → driver "events", ordered: a key whose first message the broker
+//     refuses for good, so the rest of the key is held back and the key blocked.
 type dispatcher struct {
 	pg       *testenv.PG
 	bus      *events.Bus
@@ -45,7 +47,7 @@ type dispatcher struct {
 }
 
 var (
-	testStreams = map[string]string{"orders": "events", "audit": "events", "ledger": "offline"}
+	testStreams = map[string]string{"orders": "events", "audit": "events", "ledger": "offline", "sequence": "events"}
 	testDrivers = map[string]string{"events": config.TypeNATS, "offline": config.TypeNATS}
 )
 
@@ -72,6 +74,7 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 		router.Route{Stream: "orders", DriverName: "events", Driver: online},
 		router.Route{Stream: "audit", DriverName: "events", Driver: online},
 		router.Route{Stream: "ledger", DriverName: "offline", Driver: offline},
+		router.Route{Stream: "sequence", DriverName: "events", Driver: online},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -115,16 +118,20 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 		LeaseTTL: 2 * time.Second, PublishTimeout: time.Second, MaxDefer: 300 * time.Millisecond,
 		BreakerThreshold: 1, BreakerPause: 200 * time.Millisecond, BreakerMaxPause: 400 * time.Millisecond,
 	}, st, publisher("ledger"), d.bus)
+	sequence := pipeline(t, dispatch.PipelineConfig{Stream: "sequence", Ordered: true, PollInterval: 100 * time.Millisecond},
+		st, publisher("sequence"), d.bus)
 
 	connConfig, err := pgx.ParseConfig(pg.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.listener = dispatch.NewListener(connConfig, pg.Table, []dispatch.Waker{orders, audit, ledger}, d.bus, nil)
+	d.listener = dispatch.NewListener(connConfig, pg.Table, []dispatch.Waker{orders, audit, ledger, sequence}, d.bus, nil)
 	d.metrics.ObserveListener(d.listener)
 	janitor := dispatch.NewJanitor(dispatch.JanitorConfig{Interval: 100 * time.Millisecond}, st, d.bus, nil)
-	sampler := dispatch.NewSampler([]string{"audit", "ledger", "orders"}, 200*time.Millisecond, st, d.bus, nil)
-	d.run = []func(context.Context) error{orders.Run, audit.Run, ledger.Run, d.listener.Run, janitor.Run, sampler.Run}
+	sampler := dispatch.NewSampler([]string{"audit", "ledger", "orders", "sequence"}, 200*time.Millisecond, st, d.bus, nil)
+	blocked := dispatch.NewBlockedSampler([]string{"sequence"}, 200*time.Millisecond, st, d.bus, nil)
+	d.run = []func(context.Context) error{orders.Run, audit.Run, ledger.Run, sequence.Run, d.listener.Run, janitor.Run,
+		sampler.Run, blocked.Run}
 	return d
 }
 
@@ -159,6 +166,19 @@ func (d *dispatcher) insert(t *testing.T, ctx context.Context, stream, topic str
 	_, err := d.pg.Pool.Exec(ctx, `INSERT INTO `+d.pg.Table.Qualified()+` (stream, topic, key, payload)
 		SELECT $1, $2, 'k' || (g % 7), convert_to(repeat('x', $4) || g, 'UTF8') FROM generate_series(1, $3) g`,
 		stream, topic, n, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// insertBlockedKey commits, in one statement so their ids are in this order, a message
+// of key "stuck" larger than NATS' max_payload (refused for good before it is sent)
+// followed by n ordinary messages of the same key.
+func (d *dispatcher) insertBlockedKey(t *testing.T, ctx context.Context, stream string, n int) {
+	t.Helper()
+	_, err := d.pg.Pool.Exec(ctx, `INSERT INTO `+d.pg.Table.Qualified()+` (stream, topic, key, payload)
+		SELECT $1, $1 || '.changed', 'stuck', convert_to(repeat('x', CASE WHEN g = 0 THEN 2 << 20 ELSE 10 END), 'UTF8')
+		FROM generate_series(0, $2) g ORDER BY g`, stream, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +232,8 @@ type probe struct {
 	deadLetter       map[events.DeadLetterResult]int
 	breakerOpened    map[string]bool
 	retentionDeleted int64
+	heldBack         map[string]int
+	blocked          map[string]events.BlockedKeys // the last sample per stream
 
 	changed       chan struct{} // a non-blocking nudge after every event
 	reclaimed     chan struct{} // closed at the first LeasesReclaimed
@@ -221,7 +243,7 @@ type probe struct {
 func newProbe() *probe {
 	return &probe{
 		published: map[string]int{}, failed: map[string]int{}, deadLetter: map[events.DeadLetterResult]int{},
-		breakerOpened: map[string]bool{}, changed: make(chan struct{}, 1), reclaimed: make(chan struct{}),
+		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, blocked: map[string]events.BlockedKeys{}, changed: make(chan struct{}, 1), reclaimed: make(chan struct{}),
 	}
 }
 
@@ -234,6 +256,9 @@ func (p *probe) handle(e events.Event) {
 			p.failed[r] += n
 		}
 		p.leaseConflicts += e.LeaseConflicts
+		p.heldBack[e.Stream] += e.HeldBack
+	case events.BlockedKeys:
+		p.blocked[e.Stream] = e
 	case events.LeasesReclaimed:
 		p.reclaimedRows += e.Count
 		p.reclaimedOnce.Do(func() { close(p.reclaimed) })
@@ -272,8 +297,8 @@ func (p *probe) await(t *testing.T, timeout time.Duration, what string, cond fun
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			t.Fatalf("timed out after %v waiting for %s; saw published %v, failed %v, lease conflicts %d, reclaimed %d, "+
-				"dead letters %v, breakers opened %v, retention deleted %d", timeout, what, p.published, p.failed,
-				p.leaseConflicts, p.reclaimedRows, p.deadLetter, p.breakerOpened, p.retentionDeleted)
+				"dead letters %v, breakers opened %v, retention deleted %d, held back %v, blocked %v", timeout, what, p.published, p.failed,
+				p.leaseConflicts, p.reclaimedRows, p.deadLetter, p.breakerOpened, p.retentionDeleted, p.heldBack, p.blocked)
 		}
 	}
 }

@@ -36,7 +36,7 @@ var (
 	// constants for them).
 	failReasons      = []string{"permanent", "attempts_exhausted", "max_defer"}
 	brokerErrorKinds = []string{router.KindRetryable.String(), router.KindPermanent.String(),
-		router.KindUnreachable.String(), router.KindCanceled.String()}
+		router.KindUnreachable.String(), router.KindCanceled.String(), router.KindHeldBack.String()}
 	deadLetterResult = []string{string(events.DeadLetterForwardedOK), string(events.DeadLetterRetried),
 		string(events.DeadLetterGaveUp)}
 	breakerStates   = []string{string(events.BreakerClosed), string(events.BreakerOpen), string(events.BreakerHalfOpen)}
@@ -131,17 +131,19 @@ type Metrics struct {
 // vecs are the labelled families; children for configured values are resolved in New.
 type vecs struct {
 	claimed, published, retried, deferred, released, leaseConflicts *prometheus.CounterVec
+	heldBack, orderViolations                                       *prometheus.CounterVec
 	failed, brokerErrors, deadLetter, breakerTransitions            *prometheus.CounterVec
 	lag, publish, batch, iteration                                  *prometheus.HistogramVec
-	oldestAge, backlog, paused                                      *prometheus.GaugeVec
+	oldestAge, backlog, paused, blockedKeys, blockedMessages        *prometheus.GaugeVec
 }
 
 // streamSeries are one stream's resolved children.
 type streamSeries struct {
 	claimed, published, retried, deferred, released, leaseConflicts prometheus.Counter
+	heldBack, orderViolations                                       prometheus.Counter
 
 	failed             [3]prometheus.Counter // by failReasons
-	brokerErrors       [4]prometheus.Counter // by brokerErrorKinds, of the stream's driver
+	brokerErrors       [5]prometheus.Counter // by brokerErrorKinds, of the stream's driver
 	deadLetter         [3]prometheus.Counter // by deadLetterResult
 	breakerTransitions [3]prometheus.Counter // by breakerStates
 
@@ -151,7 +153,10 @@ type streamSeries struct {
 	// has no state worth a gauge, and "_other" would mix several.
 	oldestAge, paused prometheus.Gauge
 	backlog           [4]prometheus.Gauge // by backlogStatuses
-	name, driver      string
+	// Blocked keys exist for every configured stream and stay 0 on one that is not
+	// ordered (nothing samples it), so a query need not know which streams are.
+	blockedKeys, blockedMessages prometheus.Gauge
+	name, driver                 string
 }
 
 // New creates every series on reg: for each stream of streams (stream → driver name)
@@ -179,8 +184,12 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 			"Messages failed for good, by reason: permanent (the broker will never take it), attempts_exhausted, max_defer.", "stream", "reason"),
 		leaseConflicts: counter("lease_conflicts_total",
 			"Write-backs refused because the row's lease had moved on (the batch outlived its lease).", stream...),
+		heldBack: counter("messages_held_back_total",
+			"Messages of ordered streams handed back unsent, without an attempt, because an earlier message of their key did not go through.", stream...),
+		orderViolations: counter("order_violations_total",
+			"Messages of ordered streams the broker confirmed although an earlier message of their key in the same batch failed; published again after it.", stream...),
 		brokerErrors: counter("broker_errors_total",
-			"Publish errors by driver and kind: retryable, permanent, unreachable, canceled.", "driver", "kind"),
+			"Publish errors by driver and kind: retryable, permanent, unreachable, canceled, held_back (ordered streams: not sent behind a failed message of the key).", "driver", "kind"),
 		deadLetter: counter("dead_letter_forwards_total",
 			"Dead-letter forwarding outcomes by stream and result: forwarded, retried (an attempt failed; tried again), gave_up.", "stream", "result"),
 		breakerTransitions: counter("breaker_transitions_total",
@@ -195,15 +204,22 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 		backlog: gauge("backlog_messages",
 			"Messages by status as last sampled: pending (excluding deferred), deferred (pending, broker unreachable), leased, failed.", "stream", "status"),
 		paused: gauge("stream_paused", "1 while the stream's circuit breaker is open or half-open (its broker unreachable), else 0.", stream...),
+		blockedKeys: gauge("ordered_blocked_keys",
+			"Keys of an ordered stream whose head failed for good and was not skipped, as last sampled (0 for a stream that is not ordered).", stream...),
+		blockedMessages: gauge("ordered_blocked_messages",
+			"Messages of an ordered stream waiting behind a failed head, as last sampled (0 for a stream that is not ordered).", stream...),
 	}
 	reg.MustRegister(m.v.claimed, m.v.published, m.v.retried, m.v.deferred, m.v.released, m.v.failed,
 		m.v.leaseConflicts, m.v.brokerErrors, m.v.deadLetter, m.v.breakerTransitions,
-		m.v.lag, m.v.publish, m.v.batch, m.v.iteration, m.v.oldestAge, m.v.backlog, m.v.paused)
+		m.v.lag, m.v.publish, m.v.batch, m.v.iteration, m.v.oldestAge, m.v.backlog, m.v.paused,
+		m.v.heldBack, m.v.orderViolations, m.v.blockedKeys, m.v.blockedMessages)
 
 	for _, name := range sortedKeys(streams) {
 		s := m.resolve(name, streams[name])
 		s.oldestAge = m.v.oldestAge.WithLabelValues(name)
 		s.paused = m.v.paused.WithLabelValues(name)
+		s.blockedKeys = m.v.blockedKeys.WithLabelValues(name)
+		s.blockedMessages = m.v.blockedMessages.WithLabelValues(name)
 		for i, st := range backlogStatuses {
 			s.backlog[i] = m.v.backlog.WithLabelValues(name, st)
 		}
@@ -224,16 +240,18 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 func (m *Metrics) resolve(name, driver string) *streamSeries {
 	s := &streamSeries{
 		name: name, driver: driver,
-		claimed:        m.v.claimed.WithLabelValues(name),
-		published:      m.v.published.WithLabelValues(name),
-		retried:        m.v.retried.WithLabelValues(name),
-		deferred:       m.v.deferred.WithLabelValues(name),
-		released:       m.v.released.WithLabelValues(name),
-		leaseConflicts: m.v.leaseConflicts.WithLabelValues(name),
-		lag:            m.v.lag.WithLabelValues(name),
-		publish:        m.v.publish.WithLabelValues(name),
-		batch:          m.v.batch.WithLabelValues(name),
-		iteration:      m.v.iteration.WithLabelValues(name),
+		claimed:         m.v.claimed.WithLabelValues(name),
+		published:       m.v.published.WithLabelValues(name),
+		retried:         m.v.retried.WithLabelValues(name),
+		deferred:        m.v.deferred.WithLabelValues(name),
+		released:        m.v.released.WithLabelValues(name),
+		leaseConflicts:  m.v.leaseConflicts.WithLabelValues(name),
+		heldBack:        m.v.heldBack.WithLabelValues(name),
+		orderViolations: m.v.orderViolations.WithLabelValues(name),
+		lag:             m.v.lag.WithLabelValues(name),
+		publish:         m.v.publish.WithLabelValues(name),
+		batch:           m.v.batch.WithLabelValues(name),
+		iteration:       m.v.iteration.WithLabelValues(name),
 	}
 	for i, r := range failReasons {
 		s.failed[i] = m.v.failed.WithLabelValues(name, r)

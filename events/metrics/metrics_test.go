@@ -94,6 +94,8 @@ func TestNewCreatesEverySeriesAtZeroForEveryConfiguredStreamAndDriver(t *testing
 		"outboxd_messages_deferred_total", "outboxd_messages_released_total", "outboxd_lease_conflicts_total",
 		"outboxd_delivery_lag_seconds", "outboxd_publish_duration_seconds", "outboxd_batch_size_messages",
 		"outboxd_iteration_duration_seconds", "outboxd_oldest_pending_age_seconds", "outboxd_stream_paused",
+		"outboxd_messages_held_back_total", "outboxd_order_violations_total",
+		"outboxd_ordered_blocked_keys", "outboxd_ordered_blocked_messages",
 	}
 	for _, name := range perStream {
 		for _, stream := range []string{"orders", "shipments"} {
@@ -117,7 +119,7 @@ func TestNewCreatesEverySeriesAtZeroForEveryConfiguredStreamAndDriver(t *testing
 		}
 	}
 	for _, driver := range []string{"bus", "dlq", "events"} {
-		for _, kind := range []string{"canceled", "permanent", "retryable", "unreachable"} {
+		for _, kind := range []string{"canceled", "held_back", "permanent", "retryable", "unreachable"} {
 			f.value(t, "outboxd_broker_errors_total", "driver="+driver, "kind="+kind)
 		}
 	}
@@ -254,6 +256,8 @@ func TestEventsOutsideTheConfigurationAreCountedAsOther(t *testing.T) {
 	f.m.Handle(events.DeadLetterForwarded{Stream: "orders", Result: "lost in the post"})
 	f.m.Handle(events.Backlog{Stream: "ghost", Pending: 99})
 	f.m.Handle(events.BreakerChanged{Stream: "ghost", From: events.BreakerClosed, To: events.BreakerOpen})
+	f.m.Handle(events.BlockedKeys{Stream: "ghost", Keys: 3, Waiting: 30})
+	f.m.Handle(events.Iteration{Stream: "ghost", HeldBack: 5, OrderViolations: 1})
 
 	if got := f.value(t, "outboxd_messages_claimed_total", "stream=_other"); got != 3 {
 		t.Errorf("claimed{_other} = %v, want 3", got)
@@ -273,8 +277,15 @@ func TestEventsOutsideTheConfigurationAreCountedAsOther(t *testing.T) {
 	if got := f.value(t, "outboxd_breaker_transitions_total", "state=open", "stream=_other"); got != 1 {
 		t.Errorf("breaker_transitions{_other,open} = %v, want 1", got)
 	}
+	if got := f.value(t, "outboxd_messages_held_back_total", "stream=_other"); got != 5 {
+		t.Errorf("held_back{_other} = %v, want 5", got)
+	}
+	if got := f.value(t, "outboxd_order_violations_total", "stream=_other"); got != 1 {
+		t.Errorf("order_violations{_other} = %v, want 1", got)
+	}
 	// Gauges have no "_other": a sample of an unknown stream is ignored.
-	for _, name := range []string{"outboxd_backlog_messages", "outboxd_stream_paused", "outboxd_oldest_pending_age_seconds"} {
+	for _, name := range []string{"outboxd_backlog_messages", "outboxd_stream_paused", "outboxd_oldest_pending_age_seconds",
+		"outboxd_ordered_blocked_keys", "outboxd_ordered_blocked_messages"} {
 		for key := range f.series(t, name) {
 			if strings.Contains(key, "ghost") || strings.Contains(key, other) {
 				t.Errorf("gauge %s{%s} exists for a stream outside the configuration", name, key)
@@ -307,6 +318,45 @@ func TestABacklogSampleSetsTheStatusGaugesWithDeferredSplitOutOfPending(t *testi
 	f.m.Handle(events.Backlog{Stream: "orders"})
 	if got := f.value(t, "outboxd_backlog_messages", "status=pending", "stream=orders"); got != 0 {
 		t.Errorf("backlog{orders,pending} after an empty sample = %v, want 0", got)
+	}
+}
+
+func TestAnOrderedStreamsHeldBackMessagesViolationsAndBlockedKeysMoveItsSeries(t *testing.T) {
+	f := setup(t)
+	f.m.Handle(events.Iteration{Stream: "orders", Claimed: 10, Published: 4, Failed: 1, HeldBack: 5, OrderViolations: 1,
+		FailReasons: map[string]int{"permanent": 1}, ErrorKinds: map[string]int{"permanent": 1, "held_back": 5}})
+	f.m.Handle(events.Iteration{Stream: "orders", Claimed: 3, HeldBack: 3, ErrorKinds: map[string]int{"held_back": 3}})
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"outboxd_messages_held_back_total", []string{"stream=orders"}, 8},
+		{"outboxd_order_violations_total", []string{"stream=orders"}, 1},
+		{"outboxd_broker_errors_total", []string{"driver=bus", "kind=held_back"}, 8},
+		{"outboxd_broker_errors_total", []string{"driver=_other", "kind=_other"}, -1}, // held_back is a known kind
+		{"outboxd_messages_held_back_total", []string{"stream=shipments"}, 0},
+	} {
+		got, ok := f.series(t, c.name)[strings.Join(c.labels, ",")]
+		switch {
+		case c.want < 0 && ok:
+			t.Errorf("%s{%s} exists (%v); want no such series", c.name, strings.Join(c.labels, ","), got)
+		case c.want >= 0 && got != c.want:
+			t.Errorf("%s{%s} = %v, want %v", c.name, strings.Join(c.labels, ","), got, c.want)
+		}
+	}
+
+	// A blocked-key sample sets the gauges; a later one (the head skipped) sets them back.
+	f.m.Handle(events.BlockedKeys{Stream: "orders", Keys: 2, Waiting: 17})
+	if k, w := f.value(t, "outboxd_ordered_blocked_keys", "stream=orders"), f.value(t, "outboxd_ordered_blocked_messages", "stream=orders"); k != 2 || w != 17 {
+		t.Errorf("blocked keys %v, messages %v; want 2 and 17", k, w)
+	}
+	if k := f.value(t, "outboxd_ordered_blocked_keys", "stream=shipments"); k != 0 {
+		t.Errorf("shipments blocked keys = %v, want 0 (another stream's sample)", k)
+	}
+	f.m.Handle(events.BlockedKeys{Stream: "orders"})
+	if k, w := f.value(t, "outboxd_ordered_blocked_keys", "stream=orders"), f.value(t, "outboxd_ordered_blocked_messages", "stream=orders"); k != 0 || w != 0 {
+		t.Errorf("after an empty sample: blocked keys %v, messages %v; want 0 and 0", k, w)
 	}
 }
 

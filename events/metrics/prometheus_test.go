@@ -25,14 +25,15 @@ import (
 // value above zero); every query, quiet or not, must return series. A new query must be
 // active or be added here.
 var quietQueries = map[string]string{
-	"Oldest pending age / {{stream}}":                       "the load drains before the last sample",
-	"Retries, deferrals and releases / released {{stream}}": "nothing is shut down during the load",
-	"Database errors / {{operation}}":                       "no database failure is provoked",
-	"Partitions created / dropped / created":                "the test table is not partitioned",
-	"Partitions created / dropped / dropped":                "the test table is not partitioned",
-	"Default-partition rows / rows":                         "the test table is not partitioned",
-	"Notification listener / reconnects":                    "the listener keeps its connection",
-	"Event bus drops / {{subscriber}}":                      "the dead-letter queue never fills",
+	"Oldest pending age / {{stream}}":                        "the load drains before the last sample",
+	"Retries, deferrals and releases / released {{stream}}":  "nothing is shut down during the load",
+	"Database errors / {{operation}}":                        "no database failure is provoked",
+	"Partitions created / dropped / created":                 "the test table is not partitioned",
+	"Partitions created / dropped / dropped":                 "the test table is not partitioned",
+	"Default-partition rows / rows":                          "the test table is not partitioned",
+	"Notification listener / reconnects":                     "the listener keeps its connection",
+	"Event bus drops / {{subscriber}}":                       "the dead-letter queue never fills",
+	"Held back and order violations / violations {{stream}}": "no broker of the load takes a message after refusing its predecessor",
 }
 
 // firingAlerts are the rules this test's load makes true, so Prometheus must have them
@@ -42,6 +43,7 @@ var firingAlerts = []string{
 	"OutboxdLeaseConflicts",           // the stalled batch
 	"OutboxdStreamPaused",             // ledger's broker is down
 	"OutboxdDeadLetterForwardFailing", // ledger's dead letters go to the same broker
+	"OutboxdOrderedKeyBlocked",        // sequence's key behind a message too large for NATS
 }
 
 // TestPrometheusScrapesOutboxdUnderLoadAndEvaluatesEveryPanelAndRule runs the real
@@ -86,8 +88,10 @@ func TestPrometheusScrapesOutboxdUnderLoadAndEvaluatesEveryPanelAndRule(t *testi
 	// Only now the ledger: the forwarder handles dead letters one at a time, and the
 	// ledger's, bound for the broker that is down, would hold up the orders' ones.
 	d.insert(t, ctx, "ledger", "ledger.entry", 5, 10)
-	d.probe.await(t, 30*time.Second, "the ledger stream's every outcome", func(p *probe) bool {
-		return p.failed["max_defer"] >= 1 && p.breakerOpened["ledger"] && p.deadLetter[events.DeadLetterRetried] >= 1
+	d.insertBlockedKey(t, ctx, "sequence", 3)
+	d.probe.await(t, 30*time.Second, "the ledger and sequence streams' every outcome", func(p *probe) bool {
+		return p.failed["max_defer"] >= 1 && p.breakerOpened["ledger"] && p.deadLetter[events.DeadLetterRetried] >= 1 &&
+			p.heldBack["sequence"] >= 3 && p.blocked["sequence"] == (events.BlockedKeys{Stream: "sequence", Keys: 1, Waiting: 3})
 	})
 	if d.listener.Received() == 0 {
 		t.Errorf("the listener received no notification for 34 commits")
@@ -164,7 +168,7 @@ func TestPrometheusScrapesOutboxdUnderLoadAndEvaluatesEveryPanelAndRule(t *testi
 			if err != nil {
 				t.Errorf("variable %s: %v", q.Panel, err)
 			}
-			for _, want := range []string{"audit", "ledger", "orders"} {
+			for _, want := range []string{"audit", "ledger", "orders", "sequence"} {
 				if !slices.Contains(values, want) {
 					t.Errorf("variable %s offers %v, missing configured stream %s", q.Panel, values, want)
 				}
