@@ -178,6 +178,16 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
+// suitePostgres starts the suite's private server once and reports why it could not.
+func suitePostgres() error {
+	suite.pgOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		suite.pg, suite.pgErr = testenv.StartPrivatePostgres(ctx)
+	})
+	return suite.pgErr
+}
+
 // database is an outbox database of one scenario.
 type database struct {
 	dsn    string                   // direct, for producers and the harness
@@ -207,16 +217,16 @@ func scenarioDatabase(t *testing.T, name string, ownServer bool) database {
 		t.Cleanup(func() { _ = pg.Close() })
 		server = pg
 	} else {
-		suite.pgOnce.Do(func() { suite.pg, suite.pgErr = testenv.StartPrivatePostgres(ctx) })
+		err := suitePostgres()
 		switch {
-		case suite.pgErr == nil:
+		case err == nil:
 			server = suite.pg
-		case errors.Is(suite.pgErr, testenv.ErrNoPrivatePostgres):
-			t.Logf("no private PostgreSQL (%v): using the shared test server", suite.pgErr)
+		case errors.Is(err, testenv.ErrNoPrivatePostgres):
+			t.Logf("no private PostgreSQL (%v): using the shared test server", err)
 			dsn := testenv.EmptyDatabase(t)
 			return database{dsn: dsn, addr: hostPort(t, dsn)}
 		default:
-			t.Fatalf("chaos: private PostgreSQL: %v", suite.pgErr)
+			t.Fatalf("chaos: private PostgreSQL: %v", err)
 		}
 	}
 	dsn, err := server.CreateDatabase(ctx, "chaos_"+name+"_"+fmt.Sprint(time.Now().UnixNano()%1_000_000))

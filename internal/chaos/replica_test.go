@@ -36,8 +36,8 @@ type replica struct {
 	last     metricsSample // the latest successful scrape
 	exited   chan struct{}
 	exitErr  error
-	signaled bool // we killed or stopped it on purpose
-	stopped  bool // SIGSTOPped and not yet continued
+	ending  bool // we killed it or asked it to stop: its exit is expected
+	stopped bool // SIGSTOPped and not yet continued
 }
 
 // replicaSpec says how to start one process.
@@ -206,12 +206,13 @@ func (r *replica) lastSample() metricsSample {
 
 func (r *replica) signal(sig syscall.Signal) error {
 	r.mu.Lock()
-	r.signaled = true
 	switch sig {
 	case syscall.SIGSTOP:
 		r.stopped = true
-	case syscall.SIGCONT, syscall.SIGKILL:
+	case syscall.SIGCONT:
 		r.stopped = false
+	case syscall.SIGKILL, syscall.SIGTERM:
+		r.ending, r.stopped = true, false
 	}
 	r.mu.Unlock()
 	if err := r.cmd.Process.Signal(sig); err != nil {
@@ -245,7 +246,7 @@ func (r *replica) terminate() error {
 	if stopped {
 		_ = r.signal(syscall.SIGCONT)
 	}
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && r.alive() {
+	if err := r.signal(syscall.SIGTERM); err != nil && r.alive() {
 		return err
 	}
 	select {
@@ -272,9 +273,9 @@ func (r *replica) unexpectedExit() error {
 		return nil
 	}
 	r.mu.Lock()
-	signaled, err := r.signaled, r.exitErr
+	ending, err := r.ending, r.exitErr
 	r.mu.Unlock()
-	if signaled {
+	if ending {
 		return nil
 	}
 	return fmt.Errorf("replica %s exited on its own (%v); its log ends:\n%s", r.id, err, r.tail(20))
