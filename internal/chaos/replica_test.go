@@ -36,8 +36,8 @@ type replica struct {
 	last     metricsSample // the latest successful scrape
 	exited   chan struct{}
 	exitErr  error
-	ending  bool // we killed it or asked it to stop: its exit is expected
-	stopped bool // SIGSTOPped and not yet continued
+	ending   bool // we killed it or asked it to stop: its exit is expected
+	stopped  bool // SIGSTOPped and not yet continued
 }
 
 // replicaSpec says how to start one process.
