@@ -146,6 +146,13 @@ func TestSoak(t *testing.T) {
 	w.mu.Unlock()
 
 	report, flat := soakReport(series, duration, log, o)
+	for _, id := range sortedKeys(series) {
+		var b strings.Builder
+		for _, x := range series[id] {
+			fmt.Fprintf(&b, "\n  %8s  RSS %6.1f MiB  goroutines %4d", x.at.Round(time.Second), float64(x.rss)/(1<<20), x.goroutines)
+		}
+		t.Logf("soak: every sample of %s:%s", id, b.String())
+	}
 	t.Logf("\n%s", report)
 	if path := os.Getenv(envReport); path != "" {
 		if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
@@ -239,11 +246,7 @@ func soakReport(series map[string][]sample, duration time.Duration, log []string
 	warmup := max(time.Minute, time.Duration(soakWarmupShare*float64(duration)))
 	b.WriteString("| process | samples | RSS MiB, first third | RSS MiB, last third | growth | goroutines, first third | goroutines, last third | verdict |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|\n")
-	ids := make([]string, 0, len(series))
-	for id := range series {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := sortedKeys(series)
 	flat := true
 	for _, id := range ids {
 		s := series[id]
@@ -288,6 +291,15 @@ func soakReport(series map[string][]sample, duration time.Duration, log []string
 		fmt.Fprintf(&b, "  %s  %s\n", id, strings.Join(parts, "  "))
 	}
 	return b.String(), flat
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func median(s []sample, v func(sample) float64) float64 {
