@@ -292,13 +292,20 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault-injection suite starts real outboxd processes; -short skips it")
 	}
+	parallel := f.parallel
+	if err := suitePostgres(); err != nil {
+		// The shared server has too few connections for three scenarios of three
+		// replicas each at once.
+		t.Logf("no private PostgreSQL for the suite (%v): scenarios run one at a time on the shared server", err)
+		parallel = false
+	}
 	var res results
 	var order []string
 	t.Run("scenario", func(t *testing.T) {
 		for _, sc := range scenarios() {
 			order = append(order, sc.name)
 			t.Run(sc.name, func(t *testing.T) {
-				if f.parallel {
+				if parallel {
 					t.Parallel()
 				}
 				o := outcome{Scenario: sc.name}
@@ -345,4 +352,30 @@ func skipf(t *testing.T, format string, args ...any) {
 	skipReasons[t.Name()] = reason
 	skipMu.Unlock()
 	t.Skip(reason)
+}
+
+// TestEveryScenarioIsDocumented keeps docs/chaos.md's scenario table and the suite in step.
+func TestEveryScenarioIsDocumented(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/chaos.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	documented := map[string]bool{}
+	for _, line := range strings.Split(doc, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			if i := strings.Index(name, "` |"); i > 0 {
+				documented[name[:i]] = true
+			}
+		}
+	}
+	for _, sc := range scenarios() {
+		if !documented[sc.name] {
+			t.Errorf("scenario %s has no row in docs/chaos.md's scenario table", sc.name)
+		}
+		delete(documented, sc.name)
+	}
+	for name := range documented {
+		t.Errorf("docs/chaos.md documents a scenario %s the suite does not have", name)
+	}
 }
