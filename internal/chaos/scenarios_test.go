@@ -390,10 +390,9 @@ func stopHoldingLeases(w *world, slot string) (*replica, []int64, metricsSample,
 	return nil, nil, nil, fmt.Errorf("never caught %s holding leases in 30 stops", slot)
 }
 
-// awaitQuiet waits until no statement sent before a stop can still be running: a
-// statement of a stopped process finishes within milliseconds, so two looks at the
-// active backends 100ms apart that see none of its statements are enough. It is
-// approximated by waiting until the database has no statement that started before now.
+// awaitQuiet waits until every statement running in the database when it was called
+// has finished: a statement a stopped replica sent just before the stop still runs to
+// its end and may change the rows it names.
 func (w *world) awaitQuiet() error {
 	mark := time.Now()
 	return w.await("statements sent before the stop to finish", 30*time.Second, func() (bool, error) {
