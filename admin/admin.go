@@ -1,7 +1,8 @@
 // Package admin serves outboxd's HTTP endpoints: health and readiness probes, metrics,
-// and the operators' API (stats, message listing, requeue). Its wire types and request
-// parsing are shared with the CLI (`outboxd stats`, `messages`, `requeue`), so both
-// answer in the same shape and refuse the same mistakes with the same words.
+// and the operators' API (stats, message listing, requeue, skip). Its wire types and
+// request parsing are shared with the CLI (`outboxd stats`, `messages`, `requeue`,
+// `skip`), so both answer in the same shape and refuse the same mistakes with the same
+// words.
 //
 // Invariants: nothing changes through HTTP unless an admin token is configured and the
 // request presents it (compared in constant time); no response carries a secret, since
@@ -30,6 +31,9 @@ type Store interface {
 	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
 	RequeueIDs(ctx context.Context, ids []int64) (int64, error)
 	RequeueFailed(ctx context.Context, f store.RequeueFilter) (store.RequeueResult, error)
+	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
+	Skip(ctx context.Context, ids []int64) (int64, error)
+	SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -105,9 +109,10 @@ func New(opt Options) http.Handler {
 	mux.Handle("/api/v1/stats", only(http.MethodGet, http.HandlerFunc(s.stats)))
 	mux.Handle("/api/v1/messages", only(http.MethodGet, http.HandlerFunc(s.messages)))
 	mux.Handle("/api/v1/messages/requeue", only(http.MethodPost, http.HandlerFunc(s.requeue)))
+	mux.Handle("/api/v1/messages/skip", only(http.MethodPost, http.HandlerFunc(s.skip)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no endpoint "+r.URL.Path+
-			": see /healthz, /readyz, /metrics, /api/v1/stats, /api/v1/messages, /api/v1/messages/requeue")
+			": see /healthz, /readyz, /metrics, /api/v1/stats, /api/v1/messages, /api/v1/messages/requeue, /api/v1/messages/skip")
 	})
 	return mux
 }

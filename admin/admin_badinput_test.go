@@ -28,6 +28,7 @@ func TestEveryMalformedRequestIsRefusedNamingWhatIsWrong(t *testing.T) {
 	auth := bearer(token)
 	jsonAuth := append([]string{"Content-Type", "application/json"}, auth...)
 	requeue := "/api/v1/messages/requeue"
+	skip := "/api/v1/messages/skip"
 	cases := []struct {
 		name   string
 		method string
@@ -51,6 +52,25 @@ func TestEveryMalformedRequestIsRefusedNamingWhatIsWrong(t *testing.T) {
 		{"A stream holding NUL in the body is refused, not passed to the database", "POST", requeue, `{"stream": "or\u0000ders"}`, jsonAuth, 400, "stream: contains a NUL character"},
 		{"A window that ends before it starts is refused", "POST", requeue, `{"stream": "orders", "since": "1h", "until": "2h"}`, jsonAuth, 400, "until must be after since"},
 		{"A time with an impossible offset is refused", "POST", requeue, `{"stream": "orders", "since": "2024-05-01T12:00:00+25:00"}`, jsonAuth, 400, `since: "2024-05-01T12:00:00+25:00" is neither`},
+		// Skip bodies.
+		{"A skip naming ids and a key together is refused", "POST", skip, `{"ids": [1], "stream": "orders", "key": "k"}`, jsonAuth, 400, "give either ids or a stream and a key, not both"},
+		{"A skip of an empty id list is refused", "POST", skip, `{"ids": []}`, jsonAuth, 400, "ids: want 1 to 10000 ids, got 0"},
+		{"A skip of more than 10000 ids is refused", "POST", skip, `{"ids": [` + strings.Repeat("1,", 10000) + `1]}`, jsonAuth, 400, "ids: want 1 to 10000 ids, got 10001"},
+		{"A skip of a negative id is refused", "POST", skip, `{"ids": [-4]}`, jsonAuth, 400, "ids: -4 is not a message id"},
+		{"A skip of a zero id is refused", "POST", skip, `{"ids": [0]}`, jsonAuth, 400, "ids: 0 is not a message id"},
+		{"A skip of a stream without a key is refused", "POST", skip, `{"stream": "orders"}`, jsonAuth, 400, "stream: the head to skip is named with its key too"},
+		{"A skip of a key without a stream is refused", "POST", skip, `{"key": "order-42"}`, jsonAuth, 400, "key: the head of a key is named with its stream too"},
+		{"A skip of nothing is refused", "POST", skip, `{}`, jsonAuth, 400, "name the messages to skip"},
+		{"A skip body that is JSON null asks what to skip", "POST", skip, `null`, jsonAuth, 400, "name the messages to skip"},
+		{"A skip with a key that is a number is refused", "POST", skip, `{"stream": "orders", "key": 42}`, jsonAuth, 400, `field "key" must be a string, got a JSON number`},
+		{"A skip with a key holding NUL is refused, not passed to the database", "POST", skip, `{"stream": "orders", "key": "or\u0000der"}`, jsonAuth, 400, "key: contains a NUL character, which no key holds"},
+		{"A skip with a stream holding NUL is refused, not passed to the database", "POST", skip, `{"stream": "or\u0000ders", "key": "k"}`, jsonAuth, 400, "stream: contains a NUL character"},
+		{"A skip with an unknown field is refused", "POST", skip, `{"ids": [1], "all": true}`, jsonAuth, 400, `unknown field "all"`},
+		{"A skip body that is a JSON array is refused", "POST", skip, `[1]`, jsonAuth, 400, "the request body must be a JSON object, got a JSON array"},
+		{"A skip without a body is refused", "POST", skip, "", auth, 400, "the request body is empty"},
+		{"A skip sent as a form is refused", "POST", skip, `ids=1`, append([]string{"Content-Type", "application/x-www-form-urlencoded"}, auth...), 415, "must be JSON"},
+		{"A skip with a query parameter is refused", "POST", skip + "?force=1", `{"ids": [1]}`, jsonAuth, 400, "this endpoint takes no query parameters, got force"},
+		{"GET on the skip endpoint is refused", "GET", skip, "", nil, 405, "GET is not allowed on /api/v1/messages/skip; use POST"},
 		// Content types.
 		{"A JSON-lookalike content type is refused", "POST", requeue, `{"ids": [1]}`, append([]string{"Content-Type", "application/jsonp"}, auth...), 415, `got "application/jsonp"`},
 		{"JSON in UTF-16 is refused", "POST", requeue, `{"ids": [1]}`, append([]string{"Content-Type", "application/json; charset=utf-16"}, auth...), 415, "must be JSON"},
@@ -89,7 +109,7 @@ func TestEveryMalformedRequestIsRefusedNamingWhatIsWrong(t *testing.T) {
 	if strings.Contains(f.logs.String(), `"level":"ERROR"`) {
 		t.Fatalf("a client's mistake was logged as a server error:\n%s", f.logs)
 	}
-	if s := f.state(t, ids[0]); s.Status != "failed" {
+	if s := f.state(t, ids[0]); s.Status != "failed" || f.skippedAt(t, ids[0]) != nil {
 		t.Fatalf("a refused request changed a row: %+v", s)
 	}
 	// The charset the decoder reads is accepted when named.

@@ -91,13 +91,38 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, RequeueResponse{Requeued: n})
 }
 
+func (s *server) skip(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) || !s.noParams(w, r) {
+		return
+	}
+	var req SkipRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	res, err := Skip(ctx, s.opt.Store, req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	key := ""
+	if req.Key != nil {
+		key = *req.Key
+	}
+	s.log.Info("skipped messages", "skipped", res.Skipped, "ids", len(req.IDs), "stream", req.Stream, "key", key,
+		"head", res.ID, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, res)
+}
+
 // authorized admits a request presenting the configured admin token as a bearer token,
 // comparing SHA-256 digests in constant time so that neither the token's content nor
 // its length leaks through timing. It answers the refusal itself.
 func (s *server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if !s.mutable {
 		writeError(w, http.StatusForbidden, "mutation is disabled: no http.admin_token is configured "+
-			"(set OUTBOXD_HTTP__ADMIN_TOKEN to enable requeue over HTTP)")
+			"(set OUTBOXD_HTTP__ADMIN_TOKEN to enable requeue and skip over HTTP)")
 		return false
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")

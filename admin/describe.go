@@ -11,6 +11,8 @@ import (
 type Stream struct {
 	Name   string
 	Driver string
+	// Ordered streams deliver each key's messages in order; stats adds their blocked keys.
+	Ordered bool
 }
 
 // Driver describes a configured broker connection without any credential: its
@@ -29,7 +31,7 @@ type Driver struct {
 func Describe(cfg *config.Config) ([]Stream, []Driver) {
 	streams := make([]Stream, 0, len(cfg.Streams))
 	for name, s := range cfg.Streams {
-		streams = append(streams, Stream{Name: name, Driver: s.Driver})
+		streams = append(streams, Stream{Name: name, Driver: s.Driver, Ordered: s.Ordered})
 	}
 	sort.Slice(streams, func(i, j int) bool { return streams[i].Name < streams[j].Name })
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -43,15 +44,24 @@ type StreamStats struct {
 	Failed                  int64   `json:"failed"`
 	Deferred                int64   `json:"deferred"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// Ordered is set for a stream configured ordered; only such a stream has the
+	// blocked counts.
+	Ordered bool `json:"ordered,omitempty"`
+	// BlockedKeys counts the keys whose head failed for good and was not skipped;
+	// BlockedMessages the messages waiting behind them.
+	BlockedKeys     *int64 `json:"blocked_keys,omitempty"`
+	BlockedMessages *int64 `json:"blocked_messages,omitempty"`
 }
 
-// BacklogStore is what CollectStats reads.
-type BacklogStore interface {
+// StatsStore is what CollectStats reads.
+type StatsStore interface {
 	Backlogs(ctx context.Context, streams []string) ([]store.Backlog, error)
+	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
 }
 
-// CollectStats samples the streams' backlogs. breakers may be nil.
-func CollectStats(ctx context.Context, st BacklogStore, tableName string, streams []Stream, drivers []Driver,
+// CollectStats samples the streams' backlogs and, for ordered streams, their blocked
+// keys. breakers may be nil.
+func CollectStats(ctx context.Context, st StatsStore, tableName string, streams []Stream, drivers []Driver,
 	breakers map[string]string) (Stats, error) {
 	out := Stats{Table: tableName, Streams: []StreamStats{}, Drivers: drivers}
 	if out.Drivers == nil {
@@ -61,19 +71,38 @@ func CollectStats(ctx context.Context, st BacklogStore, tableName string, stream
 		return out, nil
 	}
 	names := make([]string, len(streams))
+	var ordered []string
 	for i, s := range streams {
 		names[i] = s.Name
+		if s.Ordered {
+			ordered = append(ordered, s.Name)
+		}
 	}
 	backlogs, err := st.Backlogs(ctx, names)
 	if err != nil {
 		return Stats{}, err
 	}
+	blocked := map[string]store.BlockedStream{}
+	if len(ordered) > 0 {
+		found, err := st.Blocked(ctx, ordered)
+		if err != nil {
+			return Stats{}, err
+		}
+		for _, b := range found {
+			blocked[b.Stream] = b
+		}
+	}
 	for i, b := range backlogs {
-		out.Streams = append(out.Streams, StreamStats{
+		s := StreamStats{
 			Stream: b.Stream, Driver: streams[i].Driver, Breaker: breakers[b.Stream],
 			Pending: b.Pending, Leased: b.Leased, Failed: b.Failed, Deferred: b.Deferred,
 			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(),
-		})
+		}
+		if streams[i].Ordered {
+			bl := blocked[b.Stream]
+			s.Ordered, s.BlockedKeys, s.BlockedMessages = true, &bl.Keys, &bl.Waiting
+		}
+		out.Streams = append(out.Streams, s)
 	}
 	return out, nil
 }
@@ -303,4 +332,102 @@ func (r RequeueRequest) plan(now time.Time) (requeuePlan, error) {
 		return requeuePlan{}, errors.New(strings.Join(problems, "; "))
 	}
 	return requeuePlan{filter: f}, nil
+}
+
+// SkipRequest is the body of POST /api/v1/messages/skip, and what `outboxd skip` asks:
+// either IDs, or a Stream and a Key, whose head (its first message not yet delivered)
+// is skipped. Key is a pointer so that the empty key can be named.
+type SkipRequest struct {
+	IDs    []int64 `json:"ids,omitempty"`
+	Stream string  `json:"stream,omitempty"`
+	Key    *string `json:"key,omitempty"`
+}
+
+// SkipResponse is the answer to a skip, and `outboxd skip --json`. ID is the head a skip
+// by stream and key skipped.
+type SkipResponse struct {
+	Skipped int64 `json:"skipped"`
+	ID      int64 `json:"id,omitempty"`
+}
+
+// Check refuses a request that names no messages, or names them both ways, saying why.
+func (r SkipRequest) Check() error {
+	keyed := r.Stream != "" || r.Key != nil
+	switch {
+	case r.IDs != nil && keyed:
+		return errors.New("give either ids or a stream and a key, not both")
+	case r.IDs != nil:
+		if len(r.IDs) == 0 || len(r.IDs) > MaxRequeueLimit {
+			return fmt.Errorf("ids: want 1 to %d ids, got %d", MaxRequeueLimit, len(r.IDs))
+		}
+		for _, id := range r.IDs {
+			if id < 1 {
+				return fmt.Errorf("ids: %d is not a message id (ids are positive)", id)
+			}
+		}
+		return nil
+	case r.Stream == "" && r.Key == nil:
+		return errors.New(`name the messages to skip: {"ids": [...]}, or {"stream": "...", "key": "..."} for the head of a key`)
+	case r.Stream == "":
+		return errors.New("key: the head of a key is named with its stream too; give stream")
+	case r.Key == nil:
+		return errors.New("stream: the head to skip is named with its key too; give key")
+	}
+	var problems []string
+	if msg := textProblem(r.Stream); msg != "" {
+		problems = append(problems, "stream: "+msg)
+	}
+	if msg := textProblem(*r.Key); msg != "" {
+		problems = append(problems, "key: "+strings.Replace(msg, "stream name", "key", 1))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Skipper is what Skip changes.
+type Skipper interface {
+	Skip(ctx context.Context, ids []int64) (int64, error)
+	SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error)
+}
+
+// Skip skips what req names: each of its IDs that is failed (and not yet skipped) or
+// pending, or the head of its Stream's Key when that head is failed or pending. A
+// request that does not Check is refused (400); one that skips nothing is refused
+// (409) naming why, since an operator who asked for a skip expects one.
+func Skip(ctx context.Context, st Skipper, req SkipRequest) (SkipResponse, error) {
+	if err := req.Check(); err != nil {
+		return SkipResponse{}, badRequest("%v", err)
+	}
+	if req.IDs != nil {
+		n, err := st.Skip(ctx, req.IDs)
+		if err != nil {
+			return SkipResponse{}, err
+		}
+		if n == 0 {
+			return SkipResponse{}, &requestError{status: http.StatusConflict, msg: nothingSkipped(req.IDs)}
+		}
+		return SkipResponse{Skipped: n}, nil
+	}
+	id, ok, err := st.SkipHead(ctx, req.Stream, *req.Key)
+	if err != nil {
+		return SkipResponse{}, err
+	}
+	if !ok {
+		return SkipResponse{}, &requestError{status: http.StatusConflict, msg: fmt.Sprintf(
+			"key %q of stream %q has no head to skip: either its head is leased (being published right now: try again "+
+				"in a moment), or nothing of the key is waiting (every message delivered or skipped, or no such stream or key)",
+			*req.Key, req.Stream)}
+	}
+	return SkipResponse{Skipped: 1, ID: id}, nil
+}
+
+func nothingSkipped(ids []int64) string {
+	const why = "a message is skipped only while failed (and not skipped yet) or pending; one that is leased " +
+		"(being published right now: try again in a moment), delivered or already skipped, or that does not exist, is left alone"
+	if len(ids) == 1 {
+		return fmt.Sprintf("message %d was not skipped: %s", ids[0], why)
+	}
+	return fmt.Sprintf("none of the %d messages named was skipped: %s", len(ids), why)
 }

@@ -70,8 +70,16 @@ func statsCmd(ctx context.Context, e env) error {
 		fmt.Fprintf(e.stdout, "%s: no stream is configured and none has pending, leased or failed messages\n", stats.Table)
 		return nil
 	}
+	ordered := false // only then the blocked-key columns
+	for _, s := range stats.Streams {
+		ordered = ordered || s.Ordered
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STREAM\tDRIVER\tPENDING\tLEASED\tFAILED\tDEFERRED\tOLDEST PENDING")
+	header := "STREAM\tDRIVER\tPENDING\tLEASED\tFAILED\tDEFERRED\tOLDEST PENDING"
+	if ordered {
+		header += "\tBLOCKED KEYS\tWAITING BEHIND"
+	}
+	fmt.Fprintln(tw, header)
 	for _, s := range stats.Streams {
 		age := "-"
 		if d := time.Duration(s.OldestPendingAgeSeconds * float64(time.Second)); d >= time.Second {
@@ -79,7 +87,14 @@ func statsCmd(ctx context.Context, e env) error {
 		} else if d > 0 {
 			age = d.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Stream, orDash(s.Driver), s.Pending, s.Leased, s.Failed, s.Deferred, age)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s", s.Stream, orDash(s.Driver), s.Pending, s.Leased, s.Failed, s.Deferred, age)
+		switch {
+		case s.BlockedKeys != nil:
+			fmt.Fprintf(tw, "\t%d\t%d", *s.BlockedKeys, *s.BlockedMessages)
+		case ordered:
+			fmt.Fprint(tw, "\t-\t-") // not ordered: no key is ever blocked
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -39,6 +39,9 @@ Commands:
                              list messages (no payloads), one page at a time
   requeue (--ids 1,2,3 | --stream S [--since T] [--until T] (--limit N | --all)) [--json]
                              put failed messages back in line, attempts reset
+  skip (--id N [--id M …] | --stream S --key K) [--json]
+                             give up on messages for good so their keys continue: by
+                             id, or the head (first undelivered message) of a key
   migrate up                 apply every pending schema migration
   migrate down (N | --all)   revert N migrations, or all of them
   migrate version            print the applied and the expected schema version
@@ -99,6 +102,8 @@ func runCommand(ctx context.Context, e env) error {
 		return messagesCmd(ctx, e)
 	case "requeue":
 		return requeueCmd(ctx, e)
+	case "skip":
+		return skipCmd(ctx, e)
 	case "bench":
 		return benchCmd(ctx, e)
 	case "migrate":

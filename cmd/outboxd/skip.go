@@ -1,0 +1,98 @@
+package main
+
+// outboxd skip: POST /api/v1/messages/skip, run straight against the database. A skip
+// gives up on a message for good and lets the later messages of its key continue: the
+// way past a failed head of an ordered stream (docs/operations.md).
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/outboxd/outboxd/admin"
+)
+
+// idFlag collects --id, given once per message (or with commas).
+type idFlag []int64
+
+func (f *idFlag) String() string {
+	parts := make([]string, len(*f))
+	for i, id := range *f {
+		parts[i] = fmt.Sprint(id)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *idFlag) Set(s string) error {
+	ids, err := parseIDList(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, ids...)
+	return nil
+}
+
+func skipCmd(ctx context.Context, e env) error {
+	fs := newFlags("skip", e.stderr)
+	var ids idFlag
+	fs.Var(&ids, "id", "skip this message, by id (repeat --id for several)")
+	stream := fs.String("stream", "", "with --key: the stream of the key whose head to skip")
+	key := fs.String("key", "", "with --stream: skip the head of this key, its first message not yet delivered")
+	asJSON := fs.Bool("json", false, `print the answer as POST /api/v1/messages/skip gives it: {"skipped": N, "id": ID}`)
+	if err := parseNoArgs(fs, e.args); err != nil {
+		return err
+	}
+	keyGiven := given(fs, "key")
+	req := admin.SkipRequest{Stream: *stream}
+	switch {
+	case len(ids) > 0 && (*stream != "" || keyGiven):
+		return usageError{"skip: give either --id or --stream and --key, not both"}
+	case len(ids) > 0:
+		req.IDs = ids
+	case *stream == "" && !keyGiven:
+		return usageError{"skip: name what to skip: --id N [--id M …], or --stream S --key K for the head of key K"}
+	case *stream == "":
+		return usageError{"skip: --key needs --stream: a key is named within its stream"}
+	case !keyGiven:
+		return usageError{"skip: --stream needs --key: name the key whose head to skip"}
+	default:
+		req.Key = key
+	}
+	if err := req.Check(); err != nil {
+		return usageError{"skip: " + err.Error()}
+	}
+	cfg, err := loadConfig(e, fs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	st, done, err := openInspectStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+
+	res, err := admin.Skip(ctx, st, req)
+	switch {
+	case err != nil:
+		return err
+	case *asJSON:
+		return printInspectJSON(e.stdout, res)
+	case req.Key != nil:
+		fmt.Fprintf(e.stdout, "skipped message %d, the head of key %q of stream %s: the key continues with its next message\n",
+			res.ID, *req.Key, req.Stream)
+	default:
+		fmt.Fprintf(e.stdout, "skipped %d of the %d messages named (a message that is leased, delivered or already skipped is left alone)\n",
+			res.Skipped, len(req.IDs))
+	}
+	return nil
+}
+
+// given reports whether the flag name was set on the command line, even to "".
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
