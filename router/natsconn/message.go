@@ -30,6 +30,68 @@ func Msg(m *router.Message, room int) *nats.Msg {
 	return &nats.Msg{Subject: m.Topic, Header: h, Data: m.Payload}
 }
 
+// Builder writes messages as Msg does, into storage it reuses: the message it returns
+// is valid until its next call. That suits nats.Conn.PublishMsg, which copies a message
+// into the connection's buffer before it returns, and spares a header map and its value
+// slices per message. The zero Builder is ready to use; it is not safe for concurrent use.
+type Builder struct {
+	msg  nats.Msg
+	vals []string // backing storage of the header values
+}
+
+// Msg returns m as Msg(m, 1) would, with reply as its reply subject and, when dedup is
+// set, m.DedupID() as Nats-Msg-Id (winning over a producer header of that name). Its
+// error is CheckHeaders's for those headers; the headers are checked as they are set,
+// and CheckHeaders runs only for a message that may fail.
+func (b *Builder) Msg(m *router.Message, dedup bool, reply string) (*nats.Msg, error) {
+	need := len(m.Headers) + 4
+	if cap(b.vals) < need {
+		b.vals = make([]string, need)
+	}
+	vals := b.vals[:need]
+	h := b.msg.Header
+	if h == nil {
+		h = make(nats.Header, need)
+		b.msg.Header = h
+	} else {
+		clear(h)
+	}
+	n, ok := 0, true
+	set := func(name, value string) {
+		vals[n] = value
+		h[name] = vals[n : n+1 : n+1]
+		n++
+	}
+	for k, v := range m.Headers {
+		ok = ok && headerNameOK(k) && headerValueOK(v)
+		set(k, v)
+	}
+	id := strconv.FormatInt(m.ID, 10)
+	set(router.HeaderID, id)
+	ok = ok && headerValueOK(m.Stream)
+	set(router.HeaderStream, m.Stream)
+	if m.Key != nil {
+		key := string(m.Key)
+		ok = ok && headerValueOK(key)
+		set(router.HeaderKey, key)
+	}
+	if dedup {
+		if m.MessageID != "" {
+			id = m.MessageID // as DedupID, without formatting the id again
+			ok = ok && headerValueOK(id)
+		}
+		set(nats.MsgIdHdr, id)
+	}
+	b.msg.Subject, b.msg.Reply, b.msg.Data = m.Topic, reply, m.Payload
+	if !ok {
+		// Exact, and slow: a producer header refused above may have been replaced.
+		if err := CheckHeaders(h); err != nil {
+			return nil, err
+		}
+	}
+	return &b.msg, nil
+}
+
 // maxSubjectBytes bounds a subject. The server reads a PUB or HPUB command as one control
 // line of at most max_control_line bytes (4096 by default) and closes the connection of a
 // client that sends a longer one, so a single message with a long subject would cut the
@@ -117,13 +179,21 @@ func headerNameOK(name string) bool {
 		return false
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c < 33 || c > 126 || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+		if !headerNameByte[name[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// headerNameByte says which bytes a header name may hold: printable ASCII but for the
+// space and "()/,:;<=>?@[\]{}.
+var headerNameByte = func() (t [256]bool) {
+	for c := 33; c <= 126; c++ {
+		t[c] = !strings.ContainsRune(`"()/,:;<=>?@[\]{}`, rune(c))
+	}
+	return t
+}()
 
 // headerValueOK reports whether the client sends v as it is: it trims ASCII whitespace
 // (textproto.TrimString) and turns CR and LF into spaces.
