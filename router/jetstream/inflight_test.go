@@ -16,30 +16,24 @@ import (
 	"github.com/outboxd/outboxd/router"
 )
 
-// pendingSpy records, each time the driver hands the client a message, how many earlier
-// messages the client still held unresolved. At the client's limit it would stall.
-// before, when set, runs before the n-th message (from 0) is handed over.
-type pendingSpy struct {
-	jetstream.JetStream
+// handingSpy records, each time the driver hands the connection a message, how many
+// earlier messages still awaited their PubAck. before, when set, runs then, with the
+// message's number (from 0).
+type handingSpy struct {
 	before func(n int)
 	mu     sync.Mutex
 	worst  int
-	n      int
 }
 
-func (s *pendingSpy) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	s.mu.Lock()
-	n := s.n
-	s.n++
-	s.mu.Unlock()
-	if s.before != nil {
-		s.before(n)
+func (s *handingSpy) install(d *Driver) {
+	d.handing = func(n, inFlight int) {
+		s.mu.Lock()
+		s.worst = max(s.worst, inFlight)
+		s.mu.Unlock()
+		if s.before != nil {
+			s.before(n)
+		}
 	}
-	p := s.PublishAsyncPending()
-	s.mu.Lock()
-	s.worst = max(s.worst, p)
-	s.mu.Unlock()
-	return s.JetStream.PublishMsgAsync(m, opts...)
 }
 
 // withStream starts a server holding stream W, capturing w.>, and returns it with a
@@ -62,7 +56,7 @@ func withStream(t *testing.T, ctx context.Context) (*testenv.NATSServer, *nats.C
 	return srv, nc, admin
 }
 
-func TestTheWindowKeepsConcurrentBatchesBelowTheClientsLimit(t *testing.T) {
+func TestTheWindowBoundsTheMessagesAwaitingAPubAckAcrossConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -74,8 +68,8 @@ func TestTheWindowKeepsConcurrentBatchesBelowTheClientsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	spy := &pendingSpy{JetStream: d.js}
-	d.js = spy
+	spy := &handingSpy{}
+	spy.install(d)
 
 	const workers, per = 4, 250
 	var wg sync.WaitGroup
@@ -94,7 +88,7 @@ func TestTheWindowKeepsConcurrentBatchesBelowTheClientsLimit(t *testing.T) {
 	}
 	wg.Wait()
 	if spy.worst >= window {
-		t.Fatalf("the client held %d unresolved messages when handed another (limit %d)", spy.worst, window)
+		t.Fatalf("%d messages awaited their PubAck when another was handed over (window %d)", spy.worst, window)
 	}
 	if spy.worst == 0 {
 		t.Fatal("no message was ever handed over while another awaited its PubAck: not pipelined")
@@ -114,11 +108,11 @@ func TestAServerLostMidBatchConfirmsOnlyWhatItStored(t *testing.T) {
 	}
 	defer d.Close()
 	const n, stopAt = 400, 200
-	d.js = &pendingSpy{JetStream: d.js, before: func(i int) {
+	(&handingSpy{before: func(i int) {
 		if i == stopAt {
 			srv.Stop() // messages before this one are stored, in flight or lost with the connection
 		}
-	}}
+	}}).install(d)
 	msgs := make([]router.Message, n)
 	for i := range msgs {
 		msgs[i] = router.Message{ID: int64(i), Stream: "w", Topic: "w.lost", Payload: []byte("x")}
@@ -186,13 +180,13 @@ func TestClosingMidBatchFailsEveryUnconfirmedMessageAsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n, closeAt = 300, 150
-	d.js = &pendingSpy{JetStream: d.js, before: func(i int) {
+	(&handingSpy{before: func(i int) {
 		if i == closeAt {
 			if err := d.Close(); err != nil {
 				t.Errorf("close: %v", err)
 			}
 		}
-	}}
+	}}).install(d)
 	msgs := make([]router.Message, n)
 	for i := range msgs {
 		msgs[i] = router.Message{ID: int64(i), Stream: "w", Topic: "w.closing", Payload: []byte("x")}
@@ -227,11 +221,11 @@ func TestACancelledContextMidBatchCancelsEveryMessageWithoutAPubAck(t *testing.T
 	defer d.Close()
 	pubCtx, pubCancel := context.WithCancel(ctx)
 	const n, cancelAt = 300, 100
-	d.js = &pendingSpy{JetStream: d.js, before: func(i int) {
+	(&handingSpy{before: func(i int) {
 		if i == cancelAt {
 			pubCancel()
 		}
-	}}
+	}}).install(d)
 	msgs := make([]router.Message, n)
 	for i := range msgs {
 		msgs[i] = router.Message{ID: int64(i), Stream: "w", Topic: "w.cancel", Payload: []byte("x")}

@@ -9,7 +9,14 @@
 //
 // A batch is published asynchronously through a window of at most MaxInFlight messages
 // awaiting their PubAck, shared by every Publish call on the driver; when it is full,
-// Publish waits for acknowledgements instead of letting the client stall.
+// Publish waits for acknowledgements. The driver speaks JetStream's publish protocol on
+// the core connection itself: each message's reply subject, in an inbox of the driver's
+// own, names its batch and its place in it, and the PubAck the server sends there
+// settles that message. The client library's asynchronous publisher did the same at
+// about twice the cost per message (a timer, a map entry and channels per message, a
+// goroutine hand-off per acknowledgement; docs/benchmarks.md); its decisions are kept:
+// the same errors, the same two retries of a "no responders" answer, a publish timeout
+// per message, and every message awaiting its PubAck failed when the connection is lost.
 package jetstream
 
 import (
@@ -21,7 +28,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
@@ -34,17 +40,26 @@ var _ router.Driver = (*Driver)(nil)
 type Driver struct {
 	name    string
 	nc      *nats.Conn
-	js      jetstream.JetStream
 	timeout time.Duration
-	// window holds one token per message published and not yet resolved by the client
-	// (acknowledged, refused, timed out or failed by a disconnect). A token is returned
-	// only once the client has forgotten the message, so the client's own limit, set to
-	// the same size, is never reached and never stalls.
-	window     chan struct{}
-	duplicates atomic.Uint64
+	inbox   string // every reply subject is inbox + "<batch>.<index>"
+	sub     *nats.Subscription
+	status  chan nats.Status // the connection going down or closed
 
-	closeOnce sync.Once
-	done      chan struct{} // closed by Close
+	mu        sync.Mutex
+	batches   map[uint64]*batch // every batch with a message awaiting its PubAck
+	lastBatch uint64
+	inFlight  int           // messages handed to the connection and not settled
+	window    int           // MaxInFlight
+	room      chan struct{} // closed when a message settles; nil while nobody waits for room
+
+	// handing, when set (by tests), runs before message n (counted from 0 since New)
+	// is handed to the connection, with the number of messages then in flight.
+	handing func(n, inFlight int)
+	handed  int
+
+	duplicates atomic.Uint64
+	closeOnce  sync.Once
+	done       chan struct{} // closed by Close
 }
 
 // New connects the driver called name. It succeeds while the server is down (the
@@ -67,40 +82,28 @@ func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(inFlight),
-		jetstream.WithPublishAsyncTimeout(timeout),
-	)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("driver %s: jetstream: %w", name, err)
-	}
-	return &Driver{
+	d := &Driver{
 		name:    name,
 		nc:      nc,
-		js:      js,
 		timeout: timeout,
-		window:  make(chan struct{}, inFlight),
+		inbox:   nc.NewInbox() + ".",
+		batches: map[uint64]*batch{},
+		window:  inFlight,
 		done:    make(chan struct{}),
-	}, nil
+	}
+	// Subscribing needs no server: the connection sends it whenever it (re)connects.
+	if d.sub, err = nc.Subscribe(d.inbox+"*.*", d.onReply); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("driver %s: subscribe to PubAcks: %w", name, err)
+	}
+	d.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	go d.watch()
+	return d, nil
 }
 
 // Duplicates is how many messages the server acknowledged as duplicates of a message
 // it already stored (same Nats-Msg-Id inside the duplicate window) since New.
 func (d *Driver) Duplicates() uint64 { return d.duplicates.Load() }
-
-// flight is a message handed to the client, awaiting its PubAck.
-type flight struct {
-	i       int
-	subject string
-	future  jetstream.PubAckFuture
-}
-
-// outcome is the resolution of a flight: nil for a PubAck.
-type outcome struct {
-	i   int
-	err error
-}
 
 // Publish publishes msgs asynchronously and returns when every message has its PubAck
 // or its error, or when ctx ends or the driver is closed: then every message without a
@@ -111,102 +114,35 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 	}
 	errs := make([]error, len(msgs))
 	if err := d.unusable(ctx); err != nil {
-		return fill(errs, err, nil)
+		return fill(errs, err)
 	}
-	settled := make([]bool, len(msgs))
-	settle := func(i int, err error) { errs[i], settled[i] = err, true }
-
-	flights := make(chan flight, len(msgs))
-	outcomes := make(chan outcome, len(msgs))
-	go d.collect(flights, outcomes)
-
+	b := d.begin(msgs)
+	var build natsconn.Builder
 	var stop error // why the batch ended early
-	pending := 0
-submit:
 	for i := range msgs {
-		m := &msgs[i]
+		m, s := &msgs[i], &b.slots[i]
 		if err := natsconn.CheckSubject(m.Topic); err != nil {
-			settle(i, router.Permanent(err))
+			s.err = router.Permanent(err)
 			continue
 		}
-		msg := natsconn.Msg(m, 1)
-		msg.Header[jetstream.MsgIDHeader] = []string{m.DedupID()}
-		if err := natsconn.CheckHeaders(msg.Header); err != nil {
-			settle(i, router.Permanent(fmt.Errorf("publish to %s: %w", m.Topic, err)))
+		msg, err := build.Msg(m, true, s.reply)
+		if err != nil {
+			s.err = router.Permanent(fmt.Errorf("publish to %s: %w", m.Topic, err))
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			stop = router.Canceled(err)
+		if stop = d.handOver(ctx, b, i); stop != nil {
 			break
 		}
-		select {
-		case d.window <- struct{}{}:
-		case <-ctx.Done():
-			stop = router.Canceled(ctx.Err())
-			break submit
-		case <-d.done:
-			stop = d.closedErr()
-			break submit
-		}
-		f, err := d.js.PublishMsgAsync(msg)
-		if err != nil {
-			<-d.window // the client forgot the message at once
-			settle(i, d.failed(m.Topic, err))
-			continue
-		}
-		flights <- flight{i: i, subject: m.Topic, future: f}
-		pending++
-	}
-	close(flights)
-
-wait:
-	for stop == nil && pending > 0 {
-		select {
-		case o := <-outcomes:
-			settle(o.i, o.err)
-			pending--
-		case <-ctx.Done():
-			stop = router.Canceled(ctx.Err())
-			break wait
-		case <-d.done:
-			stop = d.closedErr()
-			break wait
+		if err := d.nc.PublishMsg(msg); err != nil {
+			d.mu.Lock()
+			d.settle(b, i, d.failed(m.Topic, err))
+			d.mu.Unlock()
 		}
 	}
 	if stop == nil {
-		return errs
+		stop = d.wait(ctx, b)
 	}
-	// Keep what was already resolved: a PubAck that arrived is a success even now.
-	for drained := false; !drained; {
-		select {
-		case o := <-outcomes:
-			settle(o.i, o.err)
-		default:
-			drained = true
-		}
-	}
-	return fill(errs, stop, settled)
-}
-
-// collect waits for each flight's resolution, in publish order, and returns its token to
-// the window. It outlives a Publish that ended early, so that tokens come back only when
-// the client has let go of the message; Close resolves whatever is left.
-func (d *Driver) collect(flights <-chan flight, outcomes chan<- outcome) {
-	for fl := range flights {
-		var err error
-		select {
-		case ack := <-fl.future.Ok():
-			if ack.Duplicate {
-				d.duplicates.Add(1)
-			}
-		case ferr := <-fl.future.Err():
-			err = d.failed(fl.subject, ferr)
-		case <-d.done:
-			return
-		}
-		<-d.window
-		outcomes <- outcome{i: fl.i, err: err}
-	}
+	return d.finish(b, errs, stop)
 }
 
 // unusable says why no message of a batch can be published now, or nil.
@@ -248,18 +184,18 @@ func (d *Driver) closedErr() error {
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.done)
-		d.js.CleanupPublisher()
 		d.nc.Close()
+		d.mu.Lock()
+		d.settleAll(router.ErrClosed) // reported as closedErr: done is closed
+		d.mu.Unlock()
 	})
 	return nil
 }
 
-// fill sets err on every message not settled (all when settled is nil).
-func fill(errs []error, err error, settled []bool) []error {
+// fill sets err on every message.
+func fill(errs []error, err error) []error {
 	for i := range errs {
-		if settled == nil || !settled[i] {
-			errs[i] = err
-		}
+		errs[i] = err
 	}
 	return errs
 }
