@@ -194,7 +194,10 @@ func (p *producers) run(ctx context.Context, n int) {
 	perProducer := p.rate / float64(p.w.f.producers)
 	start := time.Now()
 	sent := 0 // messages this producer attempted, for pacing
-	const keysPerProducer = 16
+	keysPerProducer := 16
+	if k := p.w.set.keys; k > 0 {
+		keysPerProducer = (k + p.w.f.producers - 1) / p.w.f.producers
+	}
 	for tx := 0; ctx.Err() == nil && l.progress() < p.target; tx++ {
 		if perProducer > 0 {
 			due := start.Add(time.Duration(float64(sent) / perProducer * float64(time.Second)))

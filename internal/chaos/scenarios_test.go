@@ -34,6 +34,7 @@ func scenarios() []scenario {
 		migrateRace(),
 		jetstreamFull(),
 		deadLetterDown(),
+		orderedUnderFaults(),
 	}
 }
 

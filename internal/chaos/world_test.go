@@ -62,6 +62,11 @@ type settings struct {
 	// jsLimitFraction, when positive, limits SHIPMENTS to about this fraction of the
 	// scenario's shipments, refusing new messages (discard new) once it is full.
 	jsLimitFraction float64
+	// ordered makes every stream ordered (streams.<name>.ordered, docs/ordering.md).
+	ordered bool
+	// keys is how many distinct keys the producers write, all together (16 per
+	// producer when 0).
+	keys int
 }
 
 func defaultSettings(f form) settings {
@@ -207,6 +212,9 @@ func (w *world) writeConfig() {
 			"lease_ttl": s.leaseTTL.String(), "publish_timeout": s.publishTimeout.String(),
 			"poll_interval": s.pollInterval.String(), "backoff_initial": s.backoffInitial.String(),
 			"backoff_max": s.backoffMax.String(), "max_attempts": s.maxAttempts,
+		}
+		if s.ordered {
+			m["ordered"] = true
 		}
 		if prefix != "" {
 			m["topic_prefix"] = prefix
