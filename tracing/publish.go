@@ -45,7 +45,8 @@ var errNoResult = errors.New("publisher returned no result for this message")
 // trace from the publish. system is the messaging.system value: kafka, nats or jetstream.
 //
 // When tp is nil or a no-op provider (what Setup returns with tracing off), Wrap
-// returns next itself: tracing off costs nothing.
+// returns next itself: tracing off costs nothing. When next can publish in key order
+// (PublishOrdered, for ordered streams), so can the publisher Wrap returns.
 func Wrap(next Publisher, tp trace.TracerProvider, system string) Publisher {
 	if tp == nil {
 		return next
@@ -53,11 +54,15 @@ func Wrap(next Publisher, tp trace.TracerProvider, system string) Publisher {
 	if _, off := tp.(noop.TracerProvider); off {
 		return next
 	}
-	return &publisher{
+	p := &publisher{
 		next:   next,
 		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		system: semconv.MessagingSystemKey.String(system),
 	}
+	if o, ok := next.(orderedPublisher); ok {
+		return orderedTracer{publisher: p, ordered: o}
+	}
+	return p
 }
 
 type publisher struct {
@@ -75,8 +80,32 @@ var (
 // Publish starts every message's span, publishes the batch with the new contexts in
 // copies of the headers, and ends each span with its message's result.
 func (p *publisher) Publish(ctx context.Context, msgs []router.Message) []error {
+	return p.traced(ctx, msgs, p.next.Publish)
+}
+
+// orderedPublisher is what an ordered stream's pipeline publishes through
+// (dispatch.OrderedPublisher).
+type orderedPublisher interface {
+	PublishOrdered(ctx context.Context, msgs []router.Message) []error
+}
+
+// orderedTracer is the publisher Wrap returns for a next that can publish in key order:
+// it can too.
+type orderedTracer struct {
+	*publisher
+	ordered orderedPublisher
+}
+
+// PublishOrdered is Publish through next's ordered publish, for ordered streams: the
+// spans are the same, and the key order is next's to keep.
+func (p orderedTracer) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
+	return p.traced(ctx, msgs, p.ordered.PublishOrdered)
+}
+
+// traced is Publish and PublishOrdered, sending through send.
+func (p *publisher) traced(ctx context.Context, msgs []router.Message, send func(context.Context, []router.Message) []error) []error {
 	if len(msgs) == 0 {
-		return p.next.Publish(ctx, msgs)
+		return send(ctx, msgs)
 	}
 	// A message's only parent is its own traceparent: the batch's context carries none.
 	base := trace.ContextWithSpanContext(ctx, trace.SpanContext{})
@@ -117,7 +146,7 @@ func (p *publisher) Publish(ctx context.Context, msgs []router.Message) []error 
 		out[i].Headers = withContext(sctx, p.prop, m.Headers)
 	}
 
-	errs := p.next.Publish(ctx, out)
+	errs := send(ctx, out)
 
 	for i, span := range spans {
 		err := errNoResult

@@ -348,3 +348,39 @@ func TestConcurrentBatchesAreTracedIndependently(t *testing.T) {
 		t.Errorf("shared headers changed to %v", shared)
 	}
 }
+
+// orderedRecorder can publish in key order, as router.Publisher can.
+type orderedRecorder struct {
+	recorder
+	orderedCalls int
+}
+
+func (r *orderedRecorder) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
+	r.mu.Lock()
+	r.orderedCalls++
+	r.mu.Unlock()
+	return r.Publish(ctx, msgs)
+}
+
+// An ordered stream's publisher stays ordered when traced, and its ordered publish is
+// the one traced; a publisher that cannot publish in key order does not become one.
+func TestTracingKeepsAnOrderedPublisherOrdered(t *testing.T) {
+	t.Parallel()
+	next := &orderedRecorder{}
+	pub, exp := setup(t, next, 1)
+	ordered, ok := pub.(dispatch.OrderedPublisher)
+	if !ok {
+		t.Fatal("the traced publisher of an ordered publisher cannot publish in key order")
+	}
+	msgs := []router.Message{{ID: 1, Topic: "t", Key: []byte("k")}, {ID: 2, Topic: "t", Key: []byte("k")}}
+	if errs := ordered.PublishOrdered(context.Background(), msgs); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("errors %v", errs)
+	}
+	if next.orderedCalls != 1 || len(exp.GetSpans()) != 2 {
+		t.Fatalf("ordered publishes %d, spans %d; want 1 and 2", next.orderedCalls, len(exp.GetSpans()))
+	}
+	plain, _ := setup(t, &recorder{}, 1)
+	if _, ok := plain.(dispatch.OrderedPublisher); ok {
+		t.Fatal("a publisher that cannot publish in key order became one by being traced")
+	}
+}
