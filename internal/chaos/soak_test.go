@@ -173,12 +173,19 @@ type soakFault struct {
 	fault func(w *world) error
 }
 
-// soakFaults are the scenarios' faults that can repeat on a running system, and a
-// storage limit set at the stream's current size (the scenario's fixed limit would be
-// reached once only).
+// soakFaults are the scenarios' faults that can repeat on a running system of
+// unordered streams, and a storage limit set at the stream's current size (the
+// scenario's fixed limit would be reached once only).
 func soakFaults() []soakFault {
 	var out []soakFault
 	for _, sc := range scenarios() {
+		var s settings
+		if sc.tune != nil {
+			sc.tune(&s)
+		}
+		if s.ordered { // the soak's streams are not ordered
+			continue
+		}
 		switch sc.name {
 		case "migrate-race": // needs an empty database
 		case "jetstream-full":
