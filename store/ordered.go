@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -32,70 +33,70 @@ import (
 // visible when its successor is claimed); docs/ordering.md says how producers avoid it.
 
 // KeyCursor is where an ordered stream's next claim resumes its walk over keys, so that
-// successive claims visit keys round-robin instead of always the first ones. The zero
-// value starts at the first key. It belongs to one claimer; it is not safe for
-// concurrent use.
+// successive claims visit keys round-robin instead of always the first ones. Keys are
+// walked in the order of their hash (messages_key_order_idx). The zero value starts at
+// the first key. It belongs to one claimer; it is not safe for concurrent use.
 type KeyCursor struct {
-	after   string
+	after   int64 // hash of the last key group a full claim took
 	started bool
 }
 
-// orderedClaimSQL walks an ordered stream's keys in key order from the cursor, one index
-// probe per key (a recursive skip scan over messages_key_order_idx: the first entry of
-// each key is its head), and stops as soon as it has $2 due heads, so its cost follows
-// the keys visited, not the rows behind blocked heads. It locks the heads it found, takes
-// the run behind each (pending and due, in id order, stopping at the first row that is
-// not), and leases up to $2 rows position-major: every head first, then each key's
-// second row, and so on, so the claim spreads over keys. Rows without a key are not
-// ordered: up to $2 of them are claimed as an unordered stream's are, after the keyed
-// rows. {{from}} is "key >= $6" ($6 = ”, the least text) for the first walk and "key > $6" to resume after a
-// key.
-// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in ms, $6 cursor key.
+// orderedClaimSQL walks an ordered stream's key groups (keys by their 64-bit hash, see
+// messages_key_order_idx) from the cursor, one index probe per group: a recursive skip
+// scan whose every step takes the first row of the next group, which is that group's
+// head. It stops as soon as it has $2 due heads, so its cost follows the keys visited,
+// not the rows behind blocked heads. It locks the heads it found, takes the run behind
+// each (pending and due, in id order, stopping at the first row that is not), and leases
+// up to $2 rows position-major: every head first, then each group's second row, and so
+// on, so the claim spreads over keys. Rows without a key are not ordered: up to the rest
+// of $2 of them are claimed in id order after the keyed rows. {{from}} is ">= $6" for the
+// first walk ($6 the least bigint) and "> $6" to resume after a group.
+// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in ms, $6 cursor hash.
 const orderedClaimSQL = `
-WITH RECURSIVE walk(key, id, due) AS (
-    (SELECT key, id, status = 'pending' AND available_at <= now()
+WITH RECURSIVE walk(kh, id, due) AS (
+    (SELECT hashtextextended(key, 0), id, status = 'pending' AND available_at <= now()
      FROM {{table}}
-     WHERE stream = $1 AND {{from}}
+     WHERE stream = $1 AND hashtextextended(key, 0) {{from}}
        AND (status IN ('pending', 'leased') OR (status = 'failed' AND skipped_at IS NULL))
-     ORDER BY key, id LIMIT 1)
+     ORDER BY hashtextextended(key, 0), id LIMIT 1)
     UNION ALL
-    SELECT nx.key, nx.id, nx.due
+    SELECT nx.kh, nx.id, nx.due
     FROM walk w CROSS JOIN LATERAL (
-        SELECT key, id, status = 'pending' AND available_at <= now() AS due
+        SELECT hashtextextended(key, 0) AS kh, id, status = 'pending' AND available_at <= now() AS due
         FROM {{table}}
-        WHERE stream = $1 AND key > w.key
+        WHERE stream = $1 AND hashtextextended(key, 0) > w.kh
           AND (status IN ('pending', 'leased') OR (status = 'failed' AND skipped_at IS NULL))
-        ORDER BY key, id LIMIT 1) nx
+        ORDER BY hashtextextended(key, 0), id LIMIT 1) nx
 ), heads AS (
-    SELECT m.id, m.key FROM {{table}} m
+    SELECT m.id, hashtextextended(m.key, 0) AS kh FROM {{table}} m
     WHERE m.id IN (SELECT id FROM walk WHERE due LIMIT $2)
       AND m.status = 'pending' AND m.available_at <= now()
     FOR UPDATE SKIP LOCKED
 ), per_key AS (
-    -- Rows a key may add behind its head: the rest of the batch shared out evenly.
+    -- Rows a group may add behind its head: the rest of the batch shared out evenly.
     SELECT ($2 - count(*) + greatest(count(*), 1) - 1) / greatest(count(*), 1) AS n FROM heads
 ), runs AS (
-    SELECT h.id, h.key, 0::bigint AS pos FROM heads h
+    SELECT h.id, h.kh, 0::bigint AS pos FROM heads h
     UNION ALL
-    SELECT s.id, h.key, s.pos FROM heads h
+    SELECT s.id, h.kh, s.pos FROM heads h
     CROSS JOIN LATERAL (
         SELECT x.id, row_number() OVER (ORDER BY x.id) AS pos,
                bool_and(x.due) OVER (ORDER BY x.id) AS unbroken
         FROM (SELECT id, status = 'pending' AND available_at <= now() AS due
               FROM {{table}}
-              WHERE stream = $1 AND key = h.key AND id > h.id
+              WHERE stream = $1 AND hashtextextended(key, 0) = h.kh AND id > h.id
                 AND (status IN ('pending', 'leased') OR (status = 'failed' AND skipped_at IS NULL))
               ORDER BY id LIMIT (SELECT n FROM per_key)) x
     ) s
     WHERE s.unbroken
 ), keyless AS (
     SELECT id FROM {{table}}
-    WHERE stream = $1 AND key IS NULL AND status = 'pending' AND available_at <= now()
+    WHERE stream = $1 AND hashtextextended(key, 0) IS NULL AND status = 'pending' AND available_at <= now()
     ORDER BY id
     LIMIT greatest($2 - (SELECT count(*) FROM runs), 0)
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    (SELECT id FROM runs ORDER BY pos, key LIMIT $2)
+    (SELECT id FROM runs ORDER BY pos, kh LIMIT $2)
     UNION ALL
     SELECT id FROM keyless
 )
@@ -106,7 +107,7 @@ FROM picked
 WHERE m.id = picked.id AND m.status = 'pending'
 RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
           m.attempts, m.created_at, m.deferred_since, m.lease_until,
-          (SELECT count(*) FROM heads), (SELECT max(key) FROM heads)`
+          (SELECT count(*) FROM heads), (SELECT max(kh) FROM heads)`
 
 func renderOrderedClaim(from string, sql string) string {
 	return strings.ReplaceAll(sql, "{{from}}", from)
@@ -127,7 +128,7 @@ func (s *Store) ClaimOrdered(ctx context.Context, stream string, limit int, owne
 	c := Claim{Token: NewToken(), Messages: make([]Message, 0, limit)}
 	for pass := 0; pass < 2 && len(c.Messages) < limit; pass++ {
 		resumed := cur.started
-		sql, after := s.sql.claimOrderedFirst, ""
+		sql, after := s.sql.claimOrderedFirst, int64(math.MinInt64)
 		if resumed {
 			sql, after = s.sql.claimOrderedAfter, cur.after
 		}
@@ -137,13 +138,12 @@ func (s *Store) ClaimOrdered(ctx context.Context, stream string, limit int, owne
 			return Claim{}, err
 		}
 		// A walk that found a full set of heads stopped early: the next one resumes
-		// after the last of them (in the column's collation, which only the database
-		// knows). Otherwise it reached the last key, and the next walk starts again
-		// from the first.
+		// after the last of them. Otherwise it reached the last key, and the next walk
+		// starts again from the first.
 		if heads >= want {
 			cur.after, cur.started = last, true
 		} else {
-			cur.after, cur.started = "", false
+			cur.after, cur.started = 0, false
 		}
 		if !resumed || heads >= want {
 			break // the walk covered every key from the first, or filled the claim
@@ -154,15 +154,15 @@ func (s *Store) ClaimOrdered(ctx context.Context, stream string, limit int, owne
 }
 
 // claimOrdered runs one ordered claim statement and appends its rows to c. It returns
-// how many heads the walk locked and the greatest of their keys.
-func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int, owner string, ttl time.Duration, after string, c *Claim) (int, string, error) {
+// how many heads the walk locked and the greatest of their key hashes.
+func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int, owner string, ttl time.Duration, after int64, c *Claim) (int, int64, error) {
 	rows, err := s.pool.Query(ctx, sql, stream, limit, c.Token, owner, ttl.Milliseconds(), after)
 	if err != nil {
-		return 0, "", fmt.Errorf("claim %s: %w", stream, err)
+		return 0, 0, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	defer rows.Close()
 	var heads int
-	var last *string
+	var last *int64
 	var deferred *time.Time
 	var created pgtype.Timestamptz
 	var until time.Time
@@ -170,7 +170,7 @@ func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int,
 		var m Message
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
 			&m.Attempts, &created, &deferred, &until, &heads, &last); err != nil {
-			return 0, "", fmt.Errorf("claim %s: read row: %w", stream, err)
+			return 0, 0, fmt.Errorf("claim %s: read row: %w", stream, err)
 		}
 		m.Stream, m.CreatedAt = stream, finiteTime(created)
 		if deferred != nil {
@@ -182,10 +182,10 @@ func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int,
 		c.Messages = append(c.Messages, m)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, "", fmt.Errorf("claim %s: %w", stream, err)
+		return 0, 0, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	if last == nil {
-		return heads, "", nil
+		return heads, 0, nil
 	}
 	return heads, *last, nil
 }
@@ -221,7 +221,8 @@ FROM unnest($1::text[]) AS s(stream)
 LEFT JOIN LATERAL (
     SELECT f.key,
            (SELECT count(*) FROM {{table}} w
-            WHERE w.stream = s.stream AND w.key = f.key AND w.id > f.head
+            WHERE w.stream = s.stream AND hashtextextended(w.key, 0) = hashtextextended(f.key, 0)
+              AND w.key = f.key AND w.id > f.head
               AND (w.status IN ('pending', 'leased') OR (w.status = 'failed' AND w.skipped_at IS NULL))
               AND w.status <> 'failed') AS waiting
     FROM (SELECT key, min(id) AS head FROM {{table}}
@@ -260,16 +261,18 @@ func (s *Store) Blocked(ctx context.Context, streams []string) ([]BlockedStream,
 const skipIDsSQL = `SELECT {{skip}}($1::bigint[])`
 
 // skipHeadSQL skips the head of one key: its first row that holds the key, when that
-// row is failed or pending (a leased head is being published and is left alone).
-// Returns the id skipped, or none. Parameters: $1 stream, $2 key.
+// row failed (for good, or at least once and now waits out a retry). A head never tried
+// is left alone, so that skipping a key twice does not skip a healthy message, and so is
+// a leased one (it is being published). Returns the id skipped, or none.
+// Parameters: $1 stream, $2 key.
 const skipHeadSQL = `
 WITH head AS (
-    SELECT id FROM {{table}}
-    WHERE stream = $1 AND key = $2
+    SELECT id, status, attempts FROM {{table}}
+    WHERE stream = $1 AND hashtextextended(key, 0) = hashtextextended($2, 0) AND key = $2
       AND (status IN ('pending', 'leased') OR (status = 'failed' AND skipped_at IS NULL))
     ORDER BY id LIMIT 1
 )
-SELECT id FROM head WHERE {{skip}}(ARRAY[id]) = 1`
+SELECT id FROM head WHERE (status = 'failed' OR attempts > 0) AND {{skip}}(ARRAY[id]) = 1`
 
 func (s *Store) renderSkip(sql string) string {
 	return strings.ReplaceAll(render(sql, s.table), "{{skip}}", s.table.Derived("skip"))
@@ -290,9 +293,9 @@ func (s *Store) Skip(ctx context.Context, ids []int64) (int64, error) {
 	return n, nil
 }
 
-// SkipHead skips the head of key in stream when it is failed or pending, and returns its
-// id; ok is false when the key has no such head (nothing holds it, or its head is being
-// published right now).
+// SkipHead skips the head of key in stream when it failed (for good, or at least once and
+// now waits out a retry) and returns its id; ok is false when the key has no such head
+// (nothing holds it, its head is being published right now, or was never tried).
 func (s *Store) SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error) {
 	err = s.pool.QueryRow(ctx, s.renderSkip(skipHeadSQL), stream, key).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,5 +315,38 @@ func TestOrderedClaimWorksOnThePartitionedLayout(t *testing.T) {
 	}
 	if c := f.claimOrdered(t, &cur, 100); !same(ids(c), []int64{r[1], r[3], r[4]}) {
 		t.Fatalf("claim took %v, want b's rows and the keyless one (a waits behind its head)", ids(c))
+	}
+}
+
+func TestSkipHeadLeavesAHeadThatWasNeverTriedAlone(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := f.insertKeyed(t, "s", "k", "k")
+	if _, ok, err := f.store.SkipHead(f.ctx, "s", "k"); err != nil || ok {
+		t.Fatalf("skip of a head never tried: ok %v, err %v; want nothing skipped", ok, err)
+	}
+	// Once it has failed an attempt and waits out its retry, it may be skipped.
+	c := f.claimOrdered(t, &store.KeyCursor{}, 1)
+	if _, err := f.store.Retry(f.ctx, c.Token, []store.Retry{{ID: r[0], Delay: time.Hour, Err: "busy"}}); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok, err := f.store.SkipHead(f.ctx, "s", "k"); err != nil || !ok || id != r[0] {
+		t.Fatalf("skip of a retrying head: %d %v %v, want %d", id, ok, err, r[0])
+	}
+	if got := f.row(t, r[1]); got.Status != "pending" {
+		t.Fatalf("the next message is %s after one skip, want pending", got.Status)
+	}
+}
+
+// A key far longer than a btree entry may be is ordered by its hash: it is accepted at
+// INSERT and claimed in order.
+func TestALongKeyIsAcceptedAndOrdered(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	long := strings.Repeat("k", 20000)
+	r := f.insertKeyed(t, "s", long, long)
+	c := f.claimOrdered(t, &store.KeyCursor{}, 10)
+	if !same(ids(c), r) {
+		t.Fatalf("claim took %v, want %v", ids(c), r)
 	}
 }

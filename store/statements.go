@@ -15,8 +15,8 @@ func newStatements(n table.Name) statements {
 	return statements{
 		claim: render(claimSQL, n),
 
-		claimOrderedFirst: render(renderOrderedClaim("key >= $6", orderedClaimSQL), n),
-		claimOrderedAfter: render(renderOrderedClaim("key > $6", orderedClaimSQL), n),
+		claimOrderedFirst: render(renderOrderedClaim(">= $6", orderedClaimSQL), n),
+		claimOrderedAfter: render(renderOrderedClaim("> $6", orderedClaimSQL), n),
 		ack:               render(ackSQL, n),
 		release:           render(releaseSQL, n),
 		retry:             render(retrySQL, n),

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
 )
 
 func TestMigrateTakesTheLayoutFromJanitorPartitionsEnabled(t *testing.T) {
@@ -18,7 +20,7 @@ func TestMigrateTakesTheLayoutFromJanitorPartitionsEnabled(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "PARTITION BY RANGE (created_at)") {
 		t.Fatalf("migrate sql up with partitions enabled: exit %d, stderr %q", code, errOut)
 	}
-	if code, out, errOut = outboxd(t, partitioned, "migrate", "up"); code != 0 || !strings.Contains(out, "schema version 1 of 1 (clean)") {
+	if code, out, errOut = outboxd(t, partitioned, "migrate", "up"); code != 0 || !strings.Contains(out, fmt.Sprintf("schema version %d of %d (clean)", migrations.Latest(), migrations.Latest())) {
 		t.Fatalf("migrate up with partitions enabled: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	var kind string

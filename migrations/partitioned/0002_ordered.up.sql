@@ -13,10 +13,14 @@ ALTER TABLE outbox.messages ADD CONSTRAINT messages_skipped_only_failed
 COMMENT ON COLUMN outbox.messages.skipped_at IS
     'Set when an operator skipped this failed message so its key''s later messages continue (ordered streams).';
 
--- Heads of keys: the rows that hold a key, in (stream, key, id) order. The claim of an
--- ordered stream walks it one key at a time (a skip scan), so its cost follows the keys
--- visited, never the rows waiting behind a blocked head.
-CREATE INDEX messages_key_order_idx ON outbox.messages (stream, key, id)
+-- Heads of keys: the rows that hold a key, grouped by a 64-bit hash of the key and in id
+-- order within a group. The claim of an ordered stream walks it one group at a time (a
+-- skip scan), so its cost follows the keys visited, never the rows waiting behind a
+-- blocked head. The hash keeps index entries small whatever a key's length (a btree entry
+-- may not exceed a third of a page) and compares as an integer; two keys whose hashes
+-- collide are ordered together, which is stricter than asked and never wrong. Rows without
+-- a key hash to NULL and sort after every group.
+CREATE INDEX messages_key_order_idx ON outbox.messages (stream, hashtextextended(key, 0), id)
     WHERE status IN ('pending', 'leased') OR (status = 'failed' AND skipped_at IS NULL);
 
 -- Skip failed messages: each stays failed (its last_error kept) and stops holding back the
