@@ -143,7 +143,7 @@ func TestSkipIsRefusedWithoutTheTokenAndSkipsAKeysHeadOrNamedMessagesWithIt(t *t
 	for _, c := range []struct {
 		name, body, want string
 	}{
-		{"a key whose head is being published", `{"stream": "orders", "key": "in-flight"}`, `key "in-flight" of stream "orders" has no head to skip: either its head is leased`},
+		{"a key whose head is being published", `{"stream": "orders", "key": "in-flight"}`, `key "in-flight" of stream "orders" has no head to skip: its head is leased`},
 		{"a key nothing of which waits", `{"stream": "orders", "key": "nobody"}`, "has no head to skip"},
 		{"an id that is delivered", fmt.Sprintf(`{"ids": [%d]}`, other[1]), fmt.Sprintf("message %d was not skipped", other[1])},
 		{"ids already skipped", fmt.Sprintf(`{"ids": [%d, %d]}`, head, other[0]), "none of the 2 messages named was skipped"},

@@ -416,8 +416,9 @@ func Skip(ctx context.Context, st Skipper, req SkipRequest) (SkipResponse, error
 	}
 	if !ok {
 		return SkipResponse{}, &requestError{status: http.StatusConflict, msg: fmt.Sprintf(
-			"key %q of stream %q has no head to skip: either its head is leased (being published right now: try again "+
-				"in a moment), or nothing of the key is waiting (every message delivered or skipped, or no such stream or key)",
+			"key %q of stream %q has no head to skip: its head is leased (being published right now: try again "+
+				"in a moment), or has never failed (skip by id to give up on a message that was never tried), or nothing "+
+				"of the key is waiting (every message delivered or skipped, or no such stream or key)",
 			*req.Key, req.Stream)}
 	}
 	return SkipResponse{Skipped: 1, ID: id}, nil

@@ -94,7 +94,7 @@ func TestSkipByKeySkipsItsFailedHeadAndStatsShowTheKeyBlockedUntilThen(t *testin
 	busy := w.insertKey(t, "orders", "in-flight", 2)
 	w.set(t, asLeased, busy[0])
 	for key, want := range map[string]string{
-		"in-flight": `key "in-flight" of stream "orders" has no head to skip: either its head is leased (being published right now`,
+		"in-flight": `key "in-flight" of stream "orders" has no head to skip: its head is leased (being published right now`,
 		"nobody":    "or nothing of the key is waiting",
 	} {
 		_, _, err := w.run(t, skipCmd, "--stream", "orders", "--key", key)
