@@ -9,36 +9,39 @@ import (
 )
 
 // orderedUnderFaults is the ordered-stream scenario of docs/ordering.md: every stream
-// ordered, 1,000 keys, and in turn a replica killed holding leases, the Kafka broker
-// stopped, and a replica stopped past its lease while the others take its rows over.
+// ordered, 1,000 keys, a replica stopped past its lease while the others take its rows
+// over, another killed holding leases, and the Kafka broker stopped meanwhile.
 // Besides at-least-once, the first arrival of each key's messages must follow the
 // order the key's producer committed them in.
 func orderedUnderFaults() scenario {
 	return scenario{
 		name: "ordered-kill-outage-lease",
-		about: "ordered streams over 1,000 keys: SIGKILL a replica holding leases, stop Kafka for the outage, " +
-			"SIGSTOP a replica past its lease; first arrivals per key must be in commit order",
+		about: "ordered streams over 1,000 keys: SIGSTOP a replica past its lease, SIGKILL another holding leases, " +
+			"stop Kafka for the outage; first arrivals per key must be in commit order",
 		tune: func(s *settings) {
 			s.ordered = true
 			s.keys = 1000
 		},
 		fault: func(w *world) error {
-			n, err := killHoldingLeases(w, "r2")
+			// The faults overlap, so that each lands while messages still flow: r1 is
+			// stopped holding leases, r2 killed holding leases, then Kafka stopped; r1
+			// resumes only once the others delivered what it held.
+			stopped, held, _, err := stopHoldingLeases(w, "r1")
 			if err != nil {
 				return err
 			}
 			w.markFaultStart()
-			w.note("r2 was killed holding %d leased rows", n)
+			n, err := killHoldingLeases(w, "r2")
+			if err != nil {
+				return err
+			}
+			w.note("r1 was stopped holding %d leased rows; r2 was killed holding %d", len(held), n)
 			w.kafka.Stop()
 			if err := w.hold(w.f.outage); err != nil {
 				return err
 			}
 			w.kafka.Start()
 			w.waitReady(w.startReplica("r2", false, ""))
-			stopped, held, _, err := stopHoldingLeases(w, "r1")
-			if err != nil {
-				return err
-			}
 			err = w.await("the others to take over r1's rows", w.set.leaseTTL+w.f.drainTimeout, func() (bool, error) {
 				var open int
 				err := w.pool.QueryRow(w.ctx, `SELECT count(*) FROM `+outboxName.Qualified()+
@@ -48,7 +51,6 @@ func orderedUnderFaults() scenario {
 			if err != nil {
 				return err
 			}
-			w.note("r1 was stopped holding %d leased rows until the others had delivered them", len(held))
 			return stopped.signal(contSignal)
 		},
 		checks: []func(w *world) check{func(w *world) check { return &keyOrder{last: map[string]int{}, seen: map[int64]bool{}} }},
