@@ -582,8 +582,6 @@ func TestEveryMalformedRowFailsAloneWithItsReasonWhileItsBatchAndStreamFlow(t *t
 func TestTheDatabaseRefusesMalformedRowsAtInsertNamingTheConstraint(t *testing.T) {
 	t.Parallel()
 	pg := testenv.NewPG(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
 	cases := []struct {
 		name       string
 		stream     any
@@ -613,32 +611,39 @@ func TestTheDatabaseRefusesMalformedRowsAtInsertNamingTheConstraint(t *testing.T
 		{"A topic holding NUL is refused by PostgreSQL text", "orders", "a\x00b", `{}`, "p", nil, "", "22021"},
 		{"A stream that is not valid UTF-8 is refused by PostgreSQL text", "or\xffders", "t", `{}`, "p", nil, "", "22021"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			tx, err := pg.Pool.Begin(ctx)
-			must(t, err)
-			defer tx.Rollback(ctx) //nolint:errcheck // the transaction is aborted anyway
-			_, err = tx.Exec(ctx, `INSERT INTO `+pg.Table.Qualified()+` (stream, topic, headers, payload, message_id)
-				VALUES ($1, $2, $3::text::jsonb, $4::text::bytea, $5)`, c.stream, c.topic, c.headers, c.payload, c.messageID)
-			var pgErr *pgconn.PgError
-			if !errors.As(err, &pgErr) {
-				t.Fatalf("insert: %v; want the database to refuse it", err)
-			}
-			if c.constraint != "" && (pgErr.Code != "23514" || pgErr.ConstraintName != c.constraint) {
-				t.Fatalf("refused with %s %q (%s); want check constraint %s", pgErr.Code, pgErr.ConstraintName, pgErr.Message, c.constraint)
-			}
-			if c.code != "" && pgErr.Code != c.code {
-				t.Fatalf("refused with %s (%s); want %s", pgErr.Code, pgErr.Message, c.code)
-			}
-			// The producer's transaction fails loudly: nothing more runs in it.
-			if _, err := tx.Exec(ctx, `SELECT 1`); err == nil || !strings.Contains(err.Error(), "25P02") {
-				t.Fatalf("the transaction went on after the refused insert: %v", err)
-			}
-		})
-	}
+	// The group returns when every parallel case has run, so the count below sees them all.
+	t.Run("rows", func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				// Parallel subtests wait for a slot after the parent returns: each bounds its
+				// own calls from when it starts.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				tx, err := pg.Pool.Begin(ctx)
+				must(t, err)
+				defer tx.Rollback(ctx) //nolint:errcheck // the transaction is aborted anyway
+				_, err = tx.Exec(ctx, `INSERT INTO `+pg.Table.Qualified()+` (stream, topic, headers, payload, message_id)
+					VALUES ($1, $2, $3::text::jsonb, $4::text::bytea, $5)`, c.stream, c.topic, c.headers, c.payload, c.messageID)
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) {
+					t.Fatalf("insert: %v; want the database to refuse it", err)
+				}
+				if c.constraint != "" && (pgErr.Code != "23514" || pgErr.ConstraintName != c.constraint) {
+					t.Fatalf("refused with %s %q (%s); want check constraint %s", pgErr.Code, pgErr.ConstraintName, pgErr.Message, c.constraint)
+				}
+				if c.code != "" && pgErr.Code != c.code {
+					t.Fatalf("refused with %s (%s); want %s", pgErr.Code, pgErr.Message, c.code)
+				}
+				// The producer's transaction fails loudly: nothing more runs in it.
+				if _, err := tx.Exec(ctx, `SELECT 1`); err == nil || !strings.Contains(err.Error(), "25P02") {
+					t.Fatalf("the transaction went on after the refused insert: %v", err)
+				}
+			})
+		}
+	})
 	var n int
-	must(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pg.Table.Qualified()).Scan(&n))
+	must(t, pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+pg.Table.Qualified()).Scan(&n))
 	if n != 0 {
 		t.Fatalf("%d refused rows reached the table", n)
 	}
