@@ -72,7 +72,7 @@ func createTopic(t testing.TB, addr, topic string, partitions int, configs ...ka
 // want of them; it fails t if a deadline passes first or if there are more.
 func readTopic(t testing.TB, addr, topic string, want int) map[int][]kafka.Message {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	ends := func() []int64 {

@@ -20,7 +20,9 @@ func TestAConnectionLostDuringTheFlushIsUnreachableAtOnce(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NewNATS(t)
 	p := newCutProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
-	const timeout = 10 * time.Second
+	// Long, so that reporting well before it proves the cut was noticed, not timed out,
+	// however slow a loaded machine publishes the batch.
+	const timeout = 60 * time.Second
 	d, err := natsdriver.New("cut", config.Driver{Type: config.TypeNATS, URL: p.url(), PublishTimeout: timeout}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +41,7 @@ func TestAConnectionLostDuringTheFlushIsUnreachableAtOnce(t *testing.T) {
 			t.Fatalf("message %d of the lost batch: kind %s (%v), want unreachable", i, k, err)
 		}
 	}
-	if elapsed := time.Since(start); elapsed > timeout/4 {
+	if elapsed := time.Since(start); elapsed > timeout/3 {
 		t.Fatalf("the lost connection took %v to report (publish timeout %v)", elapsed, timeout)
 	}
 
@@ -54,7 +56,9 @@ func TestAConnectionLostInTheMiddleOfABatchFailsItAsUnreachableAtOnce(t *testing
 	t.Parallel()
 	srv := testenv.NewNATS(t)
 	p := newCutProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
-	const timeout = 10 * time.Second
+	// Long, so that reporting well before it proves the cut was noticed, not timed out,
+	// however slow a loaded machine publishes the batch.
+	const timeout = 60 * time.Second
 	d, err := natsdriver.New("cut", config.Driver{Type: config.TypeNATS, URL: p.url(), PublishTimeout: timeout}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +75,7 @@ func TestAConnectionLostInTheMiddleOfABatchFailsItAsUnreachableAtOnce(t *testing
 			t.Fatalf("message %d of the cut batch: kind %s (%v), want unreachable", i, k, err)
 		}
 	}
-	if elapsed := time.Since(start); elapsed > timeout/4 {
+	if elapsed := time.Since(start); elapsed > timeout/3 {
 		t.Fatalf("the cut took %v to report (publish timeout %v)", elapsed, timeout)
 	}
 }
