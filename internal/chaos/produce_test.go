@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,16 +123,19 @@ func (l *ledger) resolve(ctx context.Context, w *world) error {
 }
 
 // producers write messages in transactions, paced, until the ledger holds target
-// messages; every seventh transaction of each producer is rolled back on purpose.
+// messages and the fault is over (so they commit while every step of a fault happens,
+// however long it takes); every seventh transaction of each producer is rolled back on
+// purpose.
 type producers struct {
-	w      *world
-	target int
-	rate   float64 // messages per second, all producers together
-	done   chan struct{}
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   map[string]int // errors by text, for the report when production stalls
+	w         *world
+	target    int
+	rate      float64     // messages per second, all producers together
+	faultOver atomic.Bool // set by endFault
+	done      chan struct{}
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	errs      map[string]int // errors by text, for the report when production stalls
 }
 
 var insertSQL = `
@@ -166,6 +170,9 @@ func (p *producers) wait(timeout time.Duration) error {
 	}
 }
 
+// endFault lets the producers stop once they have written their target.
+func (p *producers) endFault() { p.faultOver.Store(true) }
+
 func (p *producers) stop() {
 	p.cancel()
 	<-p.done
@@ -198,7 +205,7 @@ func (p *producers) run(ctx context.Context, n int) {
 	if k := p.w.set.keys; k > 0 {
 		keysPerProducer = (k + p.w.f.producers - 1) / p.w.f.producers
 	}
-	for tx := 0; ctx.Err() == nil && l.progress() < p.target; tx++ {
+	for tx := 0; ctx.Err() == nil && (l.progress() < p.target || !p.faultOver.Load()); tx++ {
 		if perProducer > 0 {
 			due := start.Add(time.Duration(float64(sent) / perProducer * float64(time.Second)))
 			if wait := time.Until(due); wait > 0 {

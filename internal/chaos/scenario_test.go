@@ -68,7 +68,8 @@ func runScenario(t *testing.T, f form, sc scenario, o *outcome) {
 		w.startReplicas()
 		phase("replicas ready")
 	}
-	// Paced so that production spans the warm-up and the fault.
+	// Paced so that production spans the warm-up and the fault; it goes on, at that
+	// pace, while a fault takes longer.
 	rate := float64(f.messages) / (1.5 * f.outage.Seconds())
 	prod := w.startProducers(f.messages, rate)
 	defer prod.stop()
@@ -88,6 +89,7 @@ func runScenario(t *testing.T, f form, sc scenario, o *outcome) {
 		t.Fatalf("fault: %v", err)
 	}
 	phase("fault over")
+	prod.endFault()
 	must(t, prod.wait(f.drainTimeout))
 	phase("production over")
 	must(t, w.ledger.resolve(ctx, w))

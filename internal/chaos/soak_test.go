@@ -67,6 +67,7 @@ func TestSoak(t *testing.T) {
 	w.startReplicas()
 	began := time.Now()
 	prod := w.startProducers(f.messages, soakRate)
+	prod.endFault() // the soak's load runs to its end, whatever the faults
 	defer prod.stop()
 
 	series := map[string][]sample{} // by process id
