@@ -43,6 +43,7 @@ type replica struct {
 // replicaSpec says how to start one process.
 type replicaSpec struct {
 	bin, config, slot, id, dir string
+	databaseURL                string // overrides the file's, naming the replica to PostgreSQL
 	migrate                    bool
 	gate                       string // a FIFO to wait on before exec, so several start at one instant
 }
@@ -62,6 +63,9 @@ func startReplica(spec replicaSpec) (*replica, error) {
 		cmd = exec.Command(spec.bin, args...)
 	}
 	cmd.Env = append(outboxdFreeEnv(), "OUTBOXD_REPLICA_ID="+spec.id)
+	if spec.databaseURL != "" {
+		cmd.Env = append(cmd.Env, "OUTBOXD_DATABASE_URL="+spec.databaseURL)
+	}
 	cmd.Dir = spec.dir
 	// A replica must not outlive a test process that died.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

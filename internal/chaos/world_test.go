@@ -200,6 +200,19 @@ func (w *world) storedBytesPerMessage(js jetstream.JetStream) int64 {
 	return int64(info.State.Bytes)
 }
 
+// replicaDatabaseURL is the database URL through the proxy, with the replica's id as
+// application_name, so pg_stat_activity and pg_locks tell which replica a backend
+// serves.
+func (w *world) replicaDatabaseURL(id string) string {
+	u, err := url.Parse(w.db.dsn)
+	must(w.t, err)
+	u.Host = w.pgProxy.Addr()
+	q := u.Query()
+	q.Set("application_name", id)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // writeConfig writes the YAML every replica of the scenario reads.
 func (w *world) writeConfig() {
 	u, err := url.Parse(w.db.dsn)
@@ -269,7 +282,8 @@ func (w *world) startReplica(slot string, migrate bool, gate string) *replica {
 		id = slot + "." + strconv.Itoa(gen)
 	}
 	w.mu.Unlock()
-	r, err := startReplica(replicaSpec{bin: outboxdBinary(w.t), config: w.config, slot: slot, id: id, dir: w.dir, migrate: migrate, gate: gate})
+	r, err := startReplica(replicaSpec{bin: outboxdBinary(w.t), config: w.config, slot: slot, id: id, dir: w.dir,
+		migrate: migrate, gate: gate, databaseURL: w.replicaDatabaseURL(id)})
 	must(w.t, err)
 	w.mu.Lock()
 	w.replicas[slot] = r
