@@ -42,10 +42,14 @@ type PartitionMaintainer interface {
 }
 
 // Janitor keeps one outbox table healthy: it reclaims expired leases, purges delivered
-// rows past retention and maintains partitions. It runs on every replica; each cycle
-// takes the table's advisory lock without waiting and is skipped when another replica
-// holds it, so the work happens once per deployment per cycle and two deployments on
-// two tables never block each other.
+// rows past retention and maintains partitions. It runs on every replica. Reclaiming runs
+// in every cycle of every replica: its statement takes expired leases with SKIP LOCKED and
+// clears their token, so concurrent reclaimers are safe, and no replica can hold it up.
+// Purging and partition upkeep take the table's advisory lock without waiting and are
+// skipped when another replica holds it, so that work happens once per deployment per
+// cycle, and two deployments on two tables never block each other. (A replica frozen
+// while it holds the lock, SIGSTOP or a stalled VM, delays only purging, never the
+// reclaiming that lets the other replicas take over a dead replica's rows.)
 type Janitor struct {
 	cfg   JanitorConfig
 	store JanitorStore
@@ -95,21 +99,23 @@ func (j *Janitor) Run(ctx context.Context) error {
 	}
 }
 
-// Cycle runs one janitor cycle. It reports whether this replica did the work (false when
-// another replica held the lock).
+// Cycle runs one janitor cycle: it reclaims expired leases, then, under the table's lock,
+// purges or maintains partitions. It reports whether this replica did the locked work
+// (false when another replica held the lock).
 func (j *Janitor) Cycle(ctx context.Context) (bool, error) {
 	start := time.Now()
-	lock, err := j.store.TryLock(ctx)
-	if err != nil {
+	err := j.reclaim(ctx)
+	lock, lerr := j.store.TryLock(ctx)
+	if lerr != nil {
+		err = errors.Join(err, lerr)
 		j.emit.Emit(events.JanitorCycle{Duration: time.Since(start), Err: err})
 		return false, err
 	}
 	if lock == nil {
-		j.emit.Emit(events.JanitorCycle{Skipped: true, Duration: time.Since(start)})
-		return false, nil
+		j.emit.Emit(events.JanitorCycle{Skipped: true, Duration: time.Since(start), Err: err})
+		return false, err
 	}
 	defer lock.Release(ctx)
-	err = j.reclaim(ctx)
 	if j.cfg.Partitions == nil {
 		err = errors.Join(err, j.purge(ctx))
 	} else if perr := j.cfg.Partitions.Maintain(ctx, j.emit); perr != nil {

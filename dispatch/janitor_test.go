@@ -202,3 +202,33 @@ func TestOnAPartitionedTableTheJanitorKeepsPartitionsAndReportsDefaultRowsInstea
 		t.Fatalf("the janitor deleted delivered rows of a partitioned table (%d left); retention there is a DROP", delivered)
 	}
 }
+
+// A replica frozen in the middle of its janitor cycle (SIGSTOP, a stalled VM) keeps the
+// table's lock; the other replicas must still reclaim a dead replica's expired leases,
+// or its rows would wait for the frozen one (finding F3 in docs/chaos.md). Only the
+// purge waits for the lock.
+func TestExpiredLeasesAreReclaimedWhileAnotherReplicaHoldsTheJanitorLock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.insert(t, "orders", 30)
+	frozen, err := f.store.TryLock(f.ctx)
+	must(t, err)
+	if frozen == nil {
+		t.Fatal("the first lock attempt on a fresh table failed")
+	}
+	defer frozen.Release(f.ctx)
+	dead, err := f.store.Claim(f.ctx, "orders", 30, "dead-replica", time.Millisecond)
+	must(t, err)
+	waitFor(t, 10*time.Second, "the leases to expire", func() bool {
+		var expired int
+		must(t, f.pg.Pool.QueryRow(f.ctx, `SELECT count(*) FROM `+f.pg.Table.Qualified()+` WHERE lease_until < now()`).Scan(&expired))
+		return expired == len(dead.Messages)
+	})
+	ran, err := dispatch.NewJanitor(dispatch.JanitorConfig{}, f.store, nil, nil).Cycle(f.ctx)
+	if err != nil || ran {
+		t.Fatalf("cycle while another replica holds the lock: ran=%v err=%v; want the locked work skipped", ran, err)
+	}
+	if c := f.counts(t); c["pending"] != 30 || c["leased"] != 0 {
+		t.Fatalf("after the cycle: %v; want every expired lease reclaimed", c)
+	}
+}
