@@ -4,25 +4,18 @@ package chaos_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 )
 
-// envRepro enables the reproductions of open findings (docs/chaos.md, "Findings"):
-// they fail until the finding is fixed, so the normal run skips them.
-const envRepro = "OUTBOXD_TEST_CHAOS_REPRO"
-
-// TestAReplicaFrozenHoldingTheJanitorLockDoesNotStopLeaseReclaiming reproduces finding
-// F3: the janitor's lock is a session-level advisory lock, held for the length of a
-// cycle. A replica frozen in the middle of a cycle (SIGSTOP here; a frozen VM or a
-// stalled host alike) keeps its connection, so the lock stays held and no other
-// replica's janitor reclaims an expired lease until it continues: the rows of a
-// replica that died stay leased meanwhile.
+// TestAReplicaFrozenHoldingTheJanitorLockDoesNotStopLeaseReclaiming holds the fix of
+// finding F3 (docs/chaos.md): the janitor's lock is a session-level advisory lock, held
+// for the length of a cycle, and a replica frozen in the middle of a cycle (SIGSTOP
+// here; a frozen VM or a stalled host alike) keeps its connection and so the lock. No
+// other replica's janitor used to reclaim an expired lease until it continued: the
+// rows of a replica that died stayed leased meanwhile.
 func TestAReplicaFrozenHoldingTheJanitorLockDoesNotStopLeaseReclaiming(t *testing.T) {
-	if os.Getenv(envRepro) == "" {
-		t.Skipf("reproduces open finding F3 (docs/chaos.md); set %s=1 to run it", envRepro)
-	}
+	t.Parallel()
 	f := ciForm
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
