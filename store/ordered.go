@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,7 +150,7 @@ func (s *Store) ClaimOrdered(ctx context.Context, stream string, limit int, owne
 			break // the walk covered every key from the first, or filled the claim
 		}
 	}
-	slices.SortFunc(c.Messages, func(a, b Message) int { return cmpInt64(a.ID, b.ID) })
+	slices.SortFunc(c.Messages, func(a, b Message) int { return cmp.Compare(a.ID, b.ID) })
 	return c, nil
 }
 
@@ -190,15 +191,6 @@ func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int,
 	return heads, *last, nil
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 // BlockedStream is the state of one ordered stream's keys that a failed head holds up.
 type BlockedStream struct {
