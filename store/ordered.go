@@ -191,7 +191,6 @@ func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int,
 	return heads, *last, nil
 }
 
-
 // BlockedStream is the state of one ordered stream's keys that a failed head holds up.
 type BlockedStream struct {
 	Stream string
