@@ -80,7 +80,17 @@ type benchSettings struct {
 	// Ordered makes every stream ordered (per-key FIFO): the SQL ceiling uses the
 	// ordered claim and the dispatcher runs with streams.<name>.ordered.
 	Ordered bool `json:"ordered"`
+	// Ack is the write-back of a confirmed message, in the SQL ceiling and every
+	// dispatcher alike: benchAckUpdate marks it delivered (run's default, with delivered
+	// rows retained), benchAckDelete deletes it (janitor.retention 0).
+	Ack string `json:"ack"`
 }
+
+// The write-back modes of --ack.
+const (
+	benchAckUpdate = "update"
+	benchAckDelete = "delete"
+)
 
 // benchOptions are the command line, parsed.
 type benchOptions struct {
@@ -103,6 +113,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 	keys := fs.Int("keys", 1000, "distinct message keys")
 	ordered := fs.Bool("ordered", false, "make the streams ordered (per-key FIFO, docs/ordering.md); --keys 1 is a single hot key")
 	retained := fs.Int("retained", 0, "delivered rows kept in the table through every phase (e.g. 10000000)")
+	ack := fs.String("ack", benchAckUpdate, "write-back of a confirmed message: update (mark delivered, run's default) or delete (as with janitor.retention 0)")
 	streams := fs.Int("streams", 1, "streams the backlog is spread over, one pipeline each")
 	batch := fs.Int("batch", def.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")
 	concurrency := fs.Int("concurrency", def.Concurrency, "batches in flight per stream (concurrency); default: what outboxd run uses")
@@ -149,7 +160,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 		Messages: *messages, PayloadBytes: *payload, Keys: *keys, Streams: *streams,
 		BatchSize: *batch, BatchSizeFrom: from("batch"), Concurrency: *concurrency, ConcurrencyFrom: from("concurrency"),
 		Rate: *rate, LatencySeconds: latencyFor.Seconds(), IdleSamples: *idle, ProducerMessages: producerMessages,
-		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained, Ordered: *ordered,
+		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained, Ordered: *ordered, Ack: *ack,
 	}
 	switch {
 	case *messages < 1 || *keys < 1 || *streams < 1 || *idle < 1 || *rate < 1:
@@ -162,6 +173,10 @@ func parseBenchFlags(e env) (benchOptions, error) {
 		return o, usageError{"bench: --latency-duration must be at least 100ms and --timeout positive"}
 	case *streams > 100:
 		return o, usageError{"bench: --streams must be at most 100"}
+	case *ack != benchAckUpdate && *ack != benchAckDelete:
+		return o, usageError{fmt.Sprintf("bench: --ack: unknown write-back %q; want %s or %s", *ack, benchAckUpdate, benchAckDelete)}
+	case *ack == benchAckDelete && *retained > 0:
+		return o, usageError{"bench: --retained keeps delivered rows, which --ack delete (janitor.retention 0) does not: its janitor would purge them"}
 	}
 	seen := map[string]bool{}
 	for _, d := range strings.Split(*drivers, ",") {
@@ -216,6 +231,7 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 	cfg.Schema, cfg.TableName = benchTable.Schema, benchTable.Table
 	cfg.ReplicaID = benchReplica
 	cfg.HTTP.Addr = "127.0.0.1:0" // metrics on, as run's default, on a port nobody else holds
+	cfg.Janitor = benchJanitor(o.set)
 	drv := config.DefaultDriver(driverType)
 	switch driverType {
 	case config.TypeNATS, config.TypeJetStream:
@@ -235,6 +251,15 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 		return cfg, fmt.Errorf("bench: %w", err)
 	}
 	return cfg, nil
+}
+
+// benchJanitor is run's janitor, with retention 0 (acknowledging by DELETE) for --ack delete.
+func benchJanitor(s benchSettings) config.Janitor {
+	j := config.Default().Janitor
+	if s.Ack == benchAckDelete {
+		j.Retention = 0
+	}
+	return j
 }
 
 func benchStreams(n int) []string {
@@ -330,7 +355,8 @@ func (b *bench) setup(ctx context.Context) error {
 	if err := migrations.Up(ctx, b.opt.dsn, benchTable); err != nil {
 		return fmt.Errorf("bench: create %s: %w", benchTable, err)
 	}
-	if b.store, err = store.New(b.pool, benchTable); err != nil {
+	// The SQL ceiling acknowledges as the dispatchers will.
+	if b.store, err = store.New(b.pool, benchTable, storeOptions(benchJanitor(b.opt.set))...); err != nil {
 		return err
 	}
 	if b.writer, err = producer.New(benchTable); err != nil {

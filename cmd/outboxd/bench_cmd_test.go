@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -115,6 +117,32 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 	}
 }
 
+// TestBenchAcknowledgingByDeleteDrainsWithDeletes runs the SQL ceiling and the drain with
+// the DELETE write-back. A dispatcher that marked rows delivered instead would leave the
+// backlog in the table, and the bench would count every message missing.
+func TestBenchAcknowledgingByDeleteDrainsWithDeletes(t *testing.T) {
+	t.Parallel()
+	bin := buildOutboxd(t)
+	dsn := testenv.EmptyDatabase(t)
+	code, out, errOut := outboxd(t, []string{"OUTBOXD_DATABASE_URL=" + dsn}, "bench", "--quick", "--json", "--ack", "delete",
+		"--drivers", "discard", "--dispatcher-binary", bin)
+	if code != 0 {
+		t.Fatalf("bench --ack delete: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json printed no JSON object: %v\n%s", err, out)
+	}
+	d := r.Drivers["discard"]
+	if r.Settings.Ack != benchAckDelete || d == nil || !r.OK || d.Drain.DeliveredInTable != int64(r.Settings.Messages) {
+		t.Fatalf("settings.ack %q, ok %v, drain %+v; want delete, ok, every message delivered", r.Settings.Ack, r.OK, d)
+	}
+	var left int
+	if err := testenv.Connect(t, dsn).QueryRow(t.Context(), "SELECT count(*) FROM "+benchTable.Qualified()).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows left in %s after the last phase (%v); acknowledging deletes every one", left, benchTable, err)
+	}
+}
+
 // TestBenchUsesTheBrokersItIsGivenAndLeavesNothingThere points the bench at brokers of
 // "the user's": a Kafka cluster without the topic (the bench creates it) and a NATS
 // server with JetStream (the bench's stream is gone afterwards).
@@ -161,6 +189,8 @@ func TestBenchRefusesMistakesBeforeTouchingAnything(t *testing.T) {
 		{"an unknown driver is named", []string{"--drivers", "discard,rabbit"}, 2, `unknown driver "rabbit"`},
 		{"an empty backlog is refused", []string{"--messages", "0"}, 2, "--messages"},
 		{"a stray argument is refused", []string{"now"}, 2, `unexpected argument "now"`},
+		{"an unknown write-back is named", []string{"--ack", "drop"}, 2, `--ack: unknown write-back "drop"`},
+		{"kept rows and acknowledging by DELETE exclude each other", []string{"--ack", "delete", "--retained", "10"}, 2, "--retained keeps delivered rows"},
 		{"a batch size run would refuse is refused", []string{"--batch", "0"}, 1, "streams.bench_1.batch_size"},
 		{"a missing dispatcher binary is named", []string{"--dispatcher-binary", "/nonexistent/outboxd"}, 1, "--dispatcher-binary"},
 		{"the test binary is not taken for outboxd", nil, 1, "build outboxd and pass it with --dispatcher-binary"},
@@ -255,6 +285,38 @@ func TestDocsListEveryJSONFieldOfTheBenchAndNoOther(t *testing.T) {
 	for p := range documented {
 		if !slices.Contains(paths, p) {
 			t.Errorf("%s documents %s, which bench --json does not print", benchDoc, p)
+		}
+	}
+}
+
+// TestTheDrainsDispatcherRunsWithTheBenchsConfiguration reads the child dispatcher's
+// environment back as `outboxd run` would and compares it with the configuration the
+// bench meant: a setting left out of the environment would silently measure run's
+// default instead (as --ordered once did, draining ordered backlogs unordered).
+func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--ordered", "--streams", "3", "--batch", "250", "--concurrency", "5"},
+		{"--ack", "delete", "--drivers", "kafka,jetstream"},
+		{},
+	} {
+		o, err := parseBenchFlags(env{args: args, environ: []string{"OUTBOXD_DATABASE_URL=postgres://u@db:5432/bench"}, stderr: io.Discard})
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		o.natsURL, o.kafkaBrokers = "nats://127.0.0.1:4222", []string{"127.0.0.1:9092", "127.0.0.1:9093"}
+		for _, d := range o.set.Drivers {
+			want, err := benchConfig(o, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := config.Load("", benchEnviron([]string{"OUTBOXD_STREAMS__LEAK__DRIVER=x", "PATH=/bin"}, want))
+			if err != nil {
+				t.Fatalf("%v, %s: the child's environment does not load: %v", args, d, err)
+			}
+			if !reflect.DeepEqual(*got, want) {
+				t.Errorf("%v, %s: the child would run with\n%+v\nwant\n%+v", args, d, *got, want)
+			}
 		}
 	}
 }

@@ -141,8 +141,12 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	if s.Ordered {
 		claim = "store.ClaimOrdered"
 	}
-	fmt.Fprintf(w, "SQL ceiling (%s + store.Ack, %d goroutines, no broker)  %s msg/s\n",
-		claim, s.Streams*s.Concurrency, thousands(r.SQLCeiling.MsgsPerSec))
+	ack := "marks delivered"
+	if s.Ack == benchAckDelete {
+		ack = "deletes"
+	}
+	fmt.Fprintf(w, "SQL ceiling (%s + store.Ack, which %s; %d goroutines, no broker)  %s msg/s\n",
+		claim, ack, s.Streams*s.Concurrency, thousands(r.SQLCeiling.MsgsPerSec))
 	fmt.Fprintf(w, "producer    Enqueue %.1f µs/msg (%d per transaction), EnqueueBatch of %d (COPY) %.1f µs/msg\n\n",
 		r.Producer.EnqueueUsPerMsg, r.Producer.BatchSize, r.Producer.BatchSize, r.Producer.EnqueueBatchUsPerMsg)
 

@@ -99,11 +99,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	var storeOpts []store.Option
-	if cfg.Janitor.Retention == 0 {
-		storeOpts = append(storeOpts, store.WithAckByDelete()) // nothing keeps delivered rows
-	}
-	if d.store, err = store.New(d.pool, n, storeOpts...); err != nil {
+	if d.store, err = store.New(d.pool, n, storeOptions(cfg.Janitor)...); err != nil {
 		return nil, err
 	}
 	if err := checkSchema(ctx, d.store); err != nil {
@@ -317,4 +313,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// storeOptions are the store's options the janitor's settings call for: with retention 0
+// nothing keeps delivered rows, so acknowledging deletes them.
+func storeOptions(j config.Janitor) []store.Option {
+	if j.Retention == 0 {
+		return []store.Option{store.WithAckByDelete()}
+	}
+	return nil
 }
