@@ -68,6 +68,11 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	ev.Claim, ev.Publish, ev.WriteBack = claimTime, publishTime, p.now().Sub(start)
 	ev.Stream, ev.Claimed = p.cfg.Stream, len(claim.Messages)
 	p.emit.Emit(ev)
+	if p.ordered != nil {
+		// An ordered claim passes over keys whose head is leased, so the messages behind
+		// this batch's keys were left for now; nothing else would say they are due.
+		p.Wake()
+	}
 }
 
 // classify maps each message's publish result to its write-back.
