@@ -12,7 +12,8 @@ import (
 
 // TestAnOrderedHotKeyDrainsWithoutWaitingForPolls: one key's backlog, claimed one run at
 // a time because a key is claimed only from its head. Each finished batch must let the
-// next claim go at once; polls, an hour apart here, cannot be what drains it.
+// next claim go at once; polls, an hour apart here, cannot be what drains it, nor a
+// flow (off here), whose polls every few milliseconds would hide a missing wake-up.
 func TestAnOrderedHotKeyDrainsWithoutWaitingForPolls(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -23,7 +24,7 @@ func TestAnOrderedHotKeyDrainsWithoutWaitingForPolls(t *testing.T) {
 	must(t, err)
 	pub, err := rt.Publisher("orders")
 	must(t, err)
-	run(t, pipeline(t, f, dispatch.PipelineConfig{Ordered: true, BatchSize: 50, PollInterval: time.Hour}, pub, nil))
+	run(t, pipeline(t, f, dispatch.PipelineConfig{Ordered: true, BatchSize: 50, PollInterval: time.Hour, NoFlow: true}, pub, nil))
 	waitFor(t, time.Minute, "the hot key's 2,000 messages delivered", func() bool { return f.statusOf(t, ids)["delivered"] == len(ids) })
 	if sent, _ := d.Counts(); sent != int64(len(ids)) {
 		t.Fatalf("%d messages published, want %d", sent, len(ids))

@@ -30,6 +30,8 @@ type Store interface {
 	Defer(ctx context.Context, token store.Token, deferrals []store.Deferral, maxDefer time.Duration) (store.DeferResult, error)
 	Fail(ctx context.Context, token store.Token, failures []store.Failure) (store.FailResult, error)
 	Release(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
+	// TryFlow takes the stream's flow lock (flow.go), nil when another session holds it.
+	TryFlow(ctx context.Context, stream string) (*store.Lock, error)
 }
 
 // Publisher is what a pipeline needs from the router: one error per message, in order.
@@ -82,6 +84,9 @@ type PipelineConfig struct {
 	// claims take a key only from its head, and a key stops at its first message that
 	// does not go through. Messages without a key are not ordered.
 	Ordered bool
+	// NoFlow keeps the pipeline parked however fast messages arrive: it never polls
+	// every few milliseconds nor stops producers from notifying (flow.go).
+	NoFlow bool
 }
 
 func (c *PipelineConfig) defaults() error {
@@ -135,6 +140,7 @@ type Pipeline struct {
 
 	ordered OrderedPublisher // set for an ordered stream
 	cursor  store.KeyCursor  // where the next ordered claim resumes; Run's own
+	flow    flow             // parked or flowing; Run's own
 }
 
 // NewPipeline builds a pipeline; emit and logger may be nil.
@@ -158,16 +164,22 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	logger = logger.With("stream", cfg.Stream)
+	f := flow{stream: cfg.Stream, try: st.TryFlow, log: logger}
+	if cfg.NoFlow {
+		f.try = nil
+	}
 	return &Pipeline{
 		cfg:     cfg,
 		store:   st,
 		pub:     pub,
 		emit:    emit,
-		log:     logger.With("stream", cfg.Stream),
+		log:     logger,
 		wake:    make(chan struct{}, 1),
 		now:     time.Now,
 		breaker: newBreaker(cfg.BreakerThreshold, cfg.BreakerPause, cfg.BreakerMaxPause),
 		ordered: ordered,
+		flow:    f,
 	}, nil
 }
 
@@ -195,9 +207,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	// hard ends in-flight publishes; it outlives ctx by the shutdown grace.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
+	// The grace runs from shutdown's start; once Run has returned, its end cancels
+	// nothing that is still running.
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(p.cfg.ShutdownGrace, cancelHard) })()
 	slots := make(chan struct{}, p.cfg.Concurrency)
 	var inflight sync.WaitGroup
 	claimFailures := 0
+	defer p.flow.stop(ctx) // producers notify again once this pipeline is gone
 
 	for ctx.Err() == nil {
 		select {
@@ -211,13 +227,21 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		p.report(change)
 		if limit == 0 {
 			<-slots
+			p.flow.claimed(ctx, p.now(), 0)
 			p.sleep(ctx, wait, false)
 			continue
 		}
 
 		start := p.now()
-		claim, err := p.claim(ctx, limit)
+		// A claim is not cancelled when shutdown begins: one the database applied but
+		// whose rows never reached us would stay leased, out of every replica's reach,
+		// until its lease expired. Shutdown waits for it (within its grace), then
+		// publishes or releases its rows.
+		claimCtx, cancelClaim := context.WithTimeout(hard, p.cfg.LeaseTTL)
+		claim, err := p.claim(claimCtx, limit)
+		cancelClaim()
 		claimTime := p.now().Sub(start)
+		p.flow.claimed(ctx, p.now(), len(claim.Messages))
 		if err != nil || len(claim.Messages) == 0 {
 			<-slots
 			p.mu.Lock()
@@ -232,7 +256,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 				p.sleep(ctx, min(p.cfg.PollInterval, backoff(100*time.Millisecond, 5*time.Second, claimFailures)), false)
 			} else if err == nil {
 				claimFailures = 0
-				p.sleep(ctx, jitter(p.cfg.PollInterval), true)
+				p.sleep(ctx, p.flow.wait(p.now(), p.cfg.PollInterval), true)
 			}
 			continue
 		}
@@ -245,14 +269,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.process(ctx, hard, claim, claimTime)
 		}()
 		if len(claim.Messages) < limit {
-			// Not a full batch: the backlog is drained. Wait for news or the poll.
-			p.sleep(ctx, jitter(p.cfg.PollInterval), true)
+			// Not a full batch: the backlog is drained. Wait for news or the poll
+			// (a few milliseconds while flowing).
+			p.sleep(ctx, p.flow.wait(p.now(), p.cfg.PollInterval), true)
 		}
 	}
 
-	grace := time.AfterFunc(p.cfg.ShutdownGrace, cancelHard)
 	inflight.Wait()
-	grace.Stop()
 	return nil
 }
 

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/store"
 )
 
 // benchBatch is the number of messages each benchmark iteration writes in one transaction.
@@ -133,4 +135,58 @@ func BenchmarkEnqueue(b *testing.B) {
 			return nil
 		})
 	})
+}
+
+// BenchmarkConcurrentEnqueue: 16 producers, each committing one message per transaction,
+// with every insert notifying the dispatcher (its pipelines parked) and with the stream's
+// flow lock held, as by a flowing pipeline, which stops the notifications. PostgreSQL
+// commits the transactions that notified one at a time, through their WAL flush.
+func BenchmarkConcurrentEnqueue(b *testing.B) {
+	for _, flowing := range []bool{false, true} {
+		name := "notifying"
+		if flowing {
+			name = "flowing"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := setup(b)
+			c := ctx(b)
+			pc, err := pgxpool.ParseConfig(e.pg.DSN)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pc.MaxConns = 20
+			pool, err := pgxpool.NewWithConfig(c, pc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pool.Close()
+			if flowing {
+				st, err := store.New(pool, e.pg.Table)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lock, err := st.TryFlow(c, "orders")
+				if err != nil || lock == nil {
+					b.Fatalf("flow lock: %v, %v", lock, err)
+				}
+				defer lock.Release(c)
+			}
+			msg := benchMessages(1, false)[0]
+			b.SetParallelism(8) // 16 producers on 2 CPUs
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					err := pgx.BeginFunc(c, pool, func(tx pgx.Tx) error {
+						_, err := e.w.Enqueue(c, tx, msg)
+						return err
+					})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+		})
+	}
 }

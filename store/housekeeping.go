@@ -14,29 +14,56 @@ import (
 // of the table's name, so two outbox tables never block each other.
 const lockClass = 0x6f627864
 
+// flowClass is the first half of the flow locks' keys ("obxf"); the second half hashes
+// the table's name and the stream's, exactly as the insert trigger does (migration 0003).
+const flowClass = 0x6f627866
+
 // Lock is a session-level advisory lock held on one pooled connection.
 type Lock struct {
-	conn *pgxpool.Conn
-	sql  string
+	conn  *pgxpool.Conn
+	class int32
+	key   string // hashed by the database into the second half of the key
 }
 
 // TryLock takes the table's janitor lock without waiting. It returns nil and no error
 // when another session holds it.
 func (s *Store) TryLock(ctx context.Context) (*Lock, error) {
-	conn, err := s.pool.Acquire(ctx)
+	l, err := s.tryLock(ctx, lockClass, s.table.AdvisoryLockKey())
 	if err != nil {
 		return nil, fmt.Errorf("janitor lock on %s: %w", s.table, err)
 	}
+	return l, nil
+}
+
+// TryFlow takes stream's flow lock without waiting, returning nil and no error when
+// another session holds it. While a session holds it, inserts of the stream send no
+// notification (migration 0003): its holder promises to poll the stream every few
+// milliseconds instead. PostgreSQL commits the transactions that notified one at a time,
+// through their WAL flush, so at a high rate the notifications, not the disk, capped
+// how many transactions producers could commit.
+func (s *Store) TryFlow(ctx context.Context, stream string) (*Lock, error) {
+	l, err := s.tryLock(ctx, flowClass, s.table.FlowLockKey(stream))
+	if err != nil {
+		return nil, fmt.Errorf("flow lock of stream %s in %s: %w", stream, s.table, err)
+	}
+	return l, nil
+}
+
+func (s *Store) tryLock(ctx context.Context, class int32, key string) (*Lock, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, lockClass, s.table.AdvisoryLockKey()).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, class, key).Scan(&got); err != nil {
 		conn.Release()
-		return nil, fmt.Errorf("janitor lock on %s: %w", s.table, err)
+		return nil, err
 	}
 	if !got {
 		conn.Release()
 		return nil, nil
 	}
-	return &Lock{conn: conn, sql: s.table.AdvisoryLockKey()}, nil
+	return &Lock{conn: conn, class: class, key: key}, nil
 }
 
 // Release gives the lock back. If unlocking fails, the connection is closed instead,
@@ -47,7 +74,7 @@ func (l *Lock) Release(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, lockClass, l.sql); err != nil {
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, l.class, l.key); err != nil {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()

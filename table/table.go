@@ -97,4 +97,8 @@ func (n Name) MigrationsTable() string { return n.Table + "_schema_migrations" }
 // AdvisoryLockKey names the table for advisory locks; callers hash it with hashtext().
 func (n Name) AdvisoryLockKey() string { return "outboxd:" + n.Schema + "." + n.Table }
 
+// FlowLockKey names stream's flow lock, hashed by the database into the second half of
+// its advisory lock key; the insert trigger builds the same text (migration 0003).
+func (n Name) FlowLockKey(stream string) string { return n.Channel() + ":" + stream }
+
 func (n Name) String() string { return n.Schema + "." + n.Table }

@@ -89,9 +89,10 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
+	// Per stream: its batches in flight, its claim, and the flow lock it may hold.
 	conns := int32(4)
 	for _, s := range cfg.Streams {
-		conns += int32(s.Concurrency) + 1
+		conns += int32(s.Concurrency) + 2
 	}
 	poolConfig.MaxConns = max(poolConfig.MaxConns, conns)
 	// Every statement here is short and planned once; JIT compilation only adds latency.
