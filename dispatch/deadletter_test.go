@@ -481,14 +481,20 @@ func TestWhileTheDeadLetterBrokerIsDownGoodRowsFlowAndForwardingResumesByItself(
 		c := f.counts(t)
 		return c["delivered"] == good && c["failed"] == bad
 	})
+	// A batch's iteration is reported just after its write-back committed: await it.
 	published, failed := 0, 0
-	for _, it := range w.rec.iterations() {
-		published += it.Published
-		failed += it.Failed
-		if it.Err != nil {
-			t.Fatalf("iteration error: %+v", it)
+	reported := func() bool {
+		published, failed = 0, 0
+		for _, it := range w.rec.iterations() {
+			published += it.Published
+			failed += it.Failed
+			if it.Err != nil {
+				t.Fatalf("iteration error: %+v", it)
+			}
 		}
+		return published+failed >= good+bad
 	}
+	waitFor(t, 10*time.Second, "every batch's iteration reported", reported)
 	if published != good || failed != bad {
 		t.Fatalf("iterations report %d published and %d failed, want %d and %d", published, failed, good, bad)
 	}

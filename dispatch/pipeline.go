@@ -237,9 +237,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		// whose rows never reached us would stay leased, out of every replica's reach,
 		// until its lease expired. Shutdown waits for it (within its grace), then
 		// publishes or releases its rows.
-		claimCtx, cancelClaim := context.WithTimeout(hard, p.cfg.LeaseTTL)
-		claim, err := p.claim(claimCtx, limit)
-		cancelClaim()
+		claim, err := p.claim(hard, limit)
 		claimTime := p.now().Sub(start)
 		p.flow.claimed(ctx, p.now(), len(claim.Messages))
 		if err != nil || len(claim.Messages) == 0 {
