@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -36,6 +37,7 @@ type flow struct {
 	stream string
 	try    func(ctx context.Context, stream string) (*store.Lock, error) // nil: never flows
 	log    *slog.Logger
+	emit   Emitter
 
 	lock        *store.Lock // held while flowing
 	windowStart time.Time   // start of the flowWindow messages are being counted in
@@ -89,6 +91,7 @@ func (f *flow) start(ctx context.Context, now time.Time) {
 		return
 	}
 	f.lock = lock
+	f.emit.Emit(events.FlowChanged{Stream: f.stream, Flowing: true})
 	f.log.Debug("flowing: polling every " + flowPoll.String() + ", producers stop notifying")
 }
 
@@ -99,5 +102,6 @@ func (f *flow) stop(ctx context.Context) {
 	}
 	f.lock.Release(ctx)
 	f.lock = nil
+	f.emit.Emit(events.FlowChanged{Stream: f.stream, Flowing: false})
 	f.log.Debug("parked: waiting for notifications again")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/router"
 )
 
@@ -42,9 +43,10 @@ func TestFlowingPipelinesLoseNothingWhileProducersStartAndStop(t *testing.T) {
 		return dispatch.PipelineConfig{Owner: fmt.Sprintf("replica-%d", i), BatchSize: 20, PollInterval: 200 * time.Millisecond,
 			BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
 	}
+	rec := newRecorder()
 	stops := make([]func(), 3)
 	for i := range stops {
-		stops[i] = run(t, pipeline(t, f, cfg(i), pub, nil))
+		stops[i] = run(t, pipeline(t, f, cfg(i), pub, rec))
 	}
 
 	var committed sync.Map // id → true
@@ -80,7 +82,7 @@ func TestFlowingPipelinesLoseNothingWhileProducersStartAndStop(t *testing.T) {
 		}
 		if burst == 1 {
 			stops[0]() // a replica goes away, and another takes its place
-			run(t, pipeline(t, f, cfg(3), pub, nil))
+			run(t, pipeline(t, f, cfg(3), pub, rec))
 		}
 		// A pause long enough for a flow to end (flowLinger), so that the next burst
 		// meets parked pipelines and notifications again.
@@ -102,5 +104,27 @@ func TestFlowingPipelinesLoseNothingWhileProducersStartAndStop(t *testing.T) {
 	}
 	if !sawFlow.Load() {
 		t.Errorf("no pipeline flowed during four bursts of 1,500 messages from 8 producers")
+	}
+	// Every flow reports its start and its end: no flow lock is held any more, and the
+	// end of the last one is reported just after its release.
+	starts, ends := 0, 0
+	flows := func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		starts, ends = 0, 0
+		for _, e := range rec.events {
+			if c, ok := e.(events.FlowChanged); ok && c.Stream == "orders" {
+				if c.Flowing {
+					starts++
+				} else {
+					ends++
+				}
+			}
+		}
+		return starts == ends
+	}
+	waitFor(t, 10*time.Second, "every flow's end reported", flows)
+	if starts == 0 || starts != ends {
+		t.Errorf("%d flows reported started and %d ended; want as many of each, at least one", starts, ends)
 	}
 }

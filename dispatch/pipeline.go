@@ -165,7 +165,7 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("stream", cfg.Stream)
-	f := flow{stream: cfg.Stream, try: st.TryFlow, log: logger}
+	f := flow{stream: cfg.Stream, try: st.TryFlow, log: logger, emit: emit}
 	if cfg.NoFlow {
 		f.try = nil
 	}

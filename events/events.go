@@ -73,6 +73,14 @@ type BreakerChanged struct {
 	Pause time.Duration
 }
 
+// FlowChanged reports a stream's pipeline starting or ending a flow: polling every few
+// milliseconds while holding the stream's flow lock, which stops producers' inserts from
+// notifying (dispatch/flow.go).
+type FlowChanged struct {
+	Stream  string
+	Flowing bool
+}
+
 // ListenerState reports the notification listener connecting or losing its connection.
 type ListenerState struct {
 	Connected bool
@@ -188,6 +196,7 @@ func (Iteration) event()      {}
 func (ClaimFailed) event()    {}
 func (BreakerChanged) event() {}
 func (ListenerState) event()  {}
+func (FlowChanged) event()    {}
 
 func (MessageFailed) event()        {}
 func (LeasesReclaimed) event()      {}

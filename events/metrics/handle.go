@@ -19,6 +19,14 @@ func (m *Metrics) Handle(e events.Event) {
 		m.dbErrors[opClaim].Inc()
 	case events.BreakerChanged:
 		m.breaker(e)
+	case events.FlowChanged:
+		if s, ok := m.streams[e.Stream]; ok {
+			flowing := 0.0
+			if e.Flowing {
+				flowing = 1
+			}
+			s.flowing.Set(flowing)
+		}
 	case events.Backlog:
 		m.backlog(e)
 	case events.BlockedKeys:

@@ -135,6 +135,7 @@ type vecs struct {
 	failed, brokerErrors, deadLetter, breakerTransitions            *prometheus.CounterVec
 	lag, publish, batch, iteration                                  *prometheus.HistogramVec
 	oldestAge, backlog, paused, blockedKeys, blockedMessages        *prometheus.GaugeVec
+	flowing                                                         *prometheus.GaugeVec
 }
 
 // streamSeries are one stream's resolved children.
@@ -151,8 +152,8 @@ type streamSeries struct {
 
 	// Gauges exist for configured streams only: a stream outside the configuration
 	// has no state worth a gauge, and "_other" would mix several.
-	oldestAge, paused prometheus.Gauge
-	backlog           [4]prometheus.Gauge // by backlogStatuses
+	oldestAge, paused, flowing prometheus.Gauge
+	backlog                    [4]prometheus.Gauge // by backlogStatuses
 	// Blocked keys exist for every configured stream and stay 0 on one that is not
 	// ordered (nothing samples it), so a query need not know which streams are.
 	blockedKeys, blockedMessages prometheus.Gauge
@@ -204,6 +205,8 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 		backlog: gauge("backlog_messages",
 			"Messages by status as last sampled: pending (excluding deferred), deferred (pending, broker unreachable), leased, failed.", "stream", "status"),
 		paused: gauge("stream_paused", "1 while the stream's circuit breaker is open or half-open (its broker unreachable), else 0.", stream...),
+		flowing: gauge("stream_flowing",
+			"1 while this replica's pipeline of the stream is flowing (polling every few milliseconds; producers' inserts do not notify), else 0.", stream...),
 		blockedKeys: gauge("ordered_blocked_keys",
 			"Keys of an ordered stream whose head failed for good and was not skipped, as last sampled (0 for a stream that is not ordered).", stream...),
 		blockedMessages: gauge("ordered_blocked_messages",
@@ -212,12 +215,13 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 	reg.MustRegister(m.v.claimed, m.v.published, m.v.retried, m.v.deferred, m.v.released, m.v.failed,
 		m.v.leaseConflicts, m.v.brokerErrors, m.v.deadLetter, m.v.breakerTransitions,
 		m.v.lag, m.v.publish, m.v.batch, m.v.iteration, m.v.oldestAge, m.v.backlog, m.v.paused,
-		m.v.heldBack, m.v.orderViolations, m.v.blockedKeys, m.v.blockedMessages)
+		m.v.heldBack, m.v.orderViolations, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing)
 
 	for _, name := range sortedKeys(streams) {
 		s := m.resolve(name, streams[name])
 		s.oldestAge = m.v.oldestAge.WithLabelValues(name)
 		s.paused = m.v.paused.WithLabelValues(name)
+		s.flowing = m.v.flowing.WithLabelValues(name)
 		s.blockedKeys = m.v.blockedKeys.WithLabelValues(name)
 		s.blockedMessages = m.v.blockedMessages.WithLabelValues(name)
 		for i, st := range backlogStatuses {

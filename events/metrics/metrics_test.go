@@ -95,7 +95,7 @@ func TestNewCreatesEverySeriesAtZeroForEveryConfiguredStreamAndDriver(t *testing
 		"outboxd_delivery_lag_seconds", "outboxd_publish_duration_seconds", "outboxd_batch_size_messages",
 		"outboxd_iteration_duration_seconds", "outboxd_oldest_pending_age_seconds", "outboxd_stream_paused",
 		"outboxd_messages_held_back_total", "outboxd_order_violations_total",
-		"outboxd_ordered_blocked_keys", "outboxd_ordered_blocked_messages",
+		"outboxd_ordered_blocked_keys", "outboxd_ordered_blocked_messages", "outboxd_stream_flowing",
 	}
 	for _, name := range perStream {
 		for _, stream := range []string{"orders", "shipments"} {
@@ -539,4 +539,22 @@ func TestARealBusDeliversEveryEventToTheMetrics(t *testing.T) {
 	if got := f.value(t, "outboxd_event_bus_panics_total", "subscriber=metrics"); got != 0 {
 		t.Errorf("metrics subscriber panicked %v times", got)
 	}
+}
+
+func TestAStreamIsFlowingBetweenItsFlowsStartAndEnd(t *testing.T) {
+	f := setup(t)
+	for _, flowing := range []bool{true, false, true} {
+		f.m.Handle(events.FlowChanged{Stream: "orders", Flowing: flowing})
+		want := 0.0
+		if flowing {
+			want = 1
+		}
+		if got := f.value(t, "outboxd_stream_flowing", "stream=orders"); got != want {
+			t.Errorf("after FlowChanged{Flowing: %v}: flowing = %v, want %v", flowing, got, want)
+		}
+	}
+	if got := f.value(t, "outboxd_stream_flowing", "stream=shipments"); got != 0 {
+		t.Errorf("shipments flowing = %v, want 0 (another stream's flow)", got)
+	}
+	f.m.Handle(events.FlowChanged{Stream: "ghost", Flowing: true}) // an unconfigured stream: no gauge, no panic
 }
