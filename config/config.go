@@ -75,7 +75,11 @@ type Stream struct {
 	MaxDefer       time.Duration `yaml:"max_defer"`
 	// Ordered delivers the messages that share a key in the order they were inserted
 	// (docs/ordering.md).
-	Ordered    bool       `yaml:"ordered"`
+	Ordered bool `yaml:"ordered"`
+	// Flow lets the stream's pipeline poll every few milliseconds while messages arrive
+	// quickly, holding a lock that stops producers' inserts from notifying, which
+	// PostgreSQL would commit one at a time (dispatch/flow.go).
+	Flow       bool       `yaml:"flow"`
 	DeadLetter DeadLetter `yaml:"dead_letter"`
 }
 
@@ -189,6 +193,7 @@ func DefaultStream() Stream {
 		BackoffInitial: time.Second,
 		BackoffMax:     5 * time.Minute,
 		MaxAttempts:    10,
+		Flow:           true,
 	}
 }
 

@@ -220,7 +220,7 @@ func pipelineConfig(name string, s config.Stream, replica string) dispatch.Pipel
 		BatchSize: s.BatchSize, Concurrency: s.Concurrency, PollInterval: s.PollInterval,
 		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
 		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,
-		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer, Ordered: s.Ordered,
+		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer, Ordered: s.Ordered, NoFlow: !s.Flow,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -156,5 +157,19 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 	if n := strings.Count(logs, "\n"); n > 20 {
 		t.Fatalf("%d log lines for one message: outboxd must not log per message\n%s", n, logs)
+	}
+}
+
+func TestAStreamWithFlowOffRunsAPipelineThatNeverFlows(t *testing.T) {
+	t.Parallel()
+	for value, noFlow := range map[string]bool{"false": true, "true": false} {
+		cfg, err := config.Load("", []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink",
+			"OUTBOXD_STREAMS__ORDERS__FLOW=" + value})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pipelineConfig("orders", cfg.Streams["orders"], "r").NoFlow; got != noFlow {
+			t.Errorf("streams.orders.flow %s: the pipeline's NoFlow is %v, want %v", value, got, noFlow)
+		}
 	}
 }
