@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxd/outboxd/events"
@@ -10,42 +11,53 @@ import (
 )
 
 // A pipeline is parked or flowing. Parked, it waits for a notification (or its poll) after
-// a claim that was not full: the cheapest way to hear of a message while few arrive.
-// Flowing, while a stream's messages arrive quickly, it polls every flowPoll and holds the
-// stream's flow lock (store.TryFlow), which keeps producers' inserts from notifying.
-// PostgreSQL commits the transactions that sent a notification one at a time, through
-// their WAL flush, so at a high rate of producer transactions the notifications, not the
-// disk, capped how many they could commit (docs/benchmarks.md). One pipeline of a stream
-// flows at a time, across replicas; the others stay parked and keep their polls.
+// a claim that was not full: the cheapest way to hear of a message while few arrive, and
+// the quickest. Flowing, while producers commit many transactions a second into its
+// stream, it polls every flowPoll and holds the stream's flow lock (store.TryFlow), which
+// keeps producers' inserts from notifying. PostgreSQL commits the transactions that sent a
+// notification one at a time, through their WAL flush, so at a high rate of producer
+// transactions the notifications, not the disk, capped how many they could commit
+// (docs/benchmarks.md). A flow starts when the notifications for the stream, one per
+// inserting statement, come faster than the pipeline's flow rate; every replica hears
+// them all, and one pipeline of a stream flows at a time, across replicas (the lock).
+// The others stay parked, and keep their polls.
 //
 // Nothing is lost either way: a message is claimed by a poll if no notification comes.
 // What a message may lose is latency, in one race: a producer's INSERT saw the lock held
 // (so it did not notify) but its transaction committed more than flowGrace after the
 // pipeline let the lock go. That message waits for the next poll (poll_interval).
 const (
-	flowPoll   = 2 * time.Millisecond   // wait after a claim that was not full, while flowing
-	flowEnter  = 10                     // messages claimed within one flowWindow that start a flow
-	flowWindow = 100 * time.Millisecond // (100 messages/s: polling every flowPoll then costs at
-	//                                     most five claims per message, and usually less)
+	flowPoll   = time.Millisecond       // wait after a claim that was not full, while flowing
+	flowWindow = 100 * time.Millisecond // notifications are counted over at least this long
 	flowLinger = 250 * time.Millisecond // a flow ends after this long without a message
 	flowGrace  = 50 * time.Millisecond  // polling goes on this long after the lock is released
 	flowRetry  = time.Second            // a flow lock not taken is not asked for again sooner
+
+	// DefaultFlowRate is PipelineConfig.FlowRate's default: 500 notifications a second.
+	// Below it the notifications' serialised commits cost producers little, and a
+	// notification reaches the pipeline sooner than a poll would.
+	DefaultFlowRate = 500
 )
 
-// flow is a pipeline's parked or flowing state; only the pipeline's Run loop uses it.
+// flow is a pipeline's parked or flowing state; only the pipeline's Run loop uses it,
+// but for notes, which the listener adds to.
 type flow struct {
 	stream string
+	rate   int                                                           // notifications a second that start a flow
 	try    func(ctx context.Context, stream string) (*store.Lock, error) // nil: never flows
 	log    *slog.Logger
 	emit   Emitter
 
-	lock        *store.Lock // held while flowing
-	windowStart time.Time   // start of the flowWindow messages are being counted in
-	inWindow    int         // messages claimed since windowStart
-	lastHit     time.Time   // when the last claim returned messages
-	pollUntil   time.Time   // polling continues until then after a flow ended
-	noTryTill   time.Time   // no flow lock is asked for before then
+	notes       atomic.Int64 // notifications since windowStart
+	lock        *store.Lock  // held while flowing
+	windowStart time.Time    // since when notes counts
+	lastHit     time.Time    // when the last claim returned messages
+	pollUntil   time.Time    // polling continues until then after a flow ended
+	noTryTill   time.Time    // no flow lock is asked for before then
 }
+
+// notified counts a notification for the stream.
+func (f *flow) notified() { f.notes.Add(1) }
 
 // claimed records a claim that returned n messages (0 for an empty or failed claim, or
 // none made) and starts or ends a flow accordingly.
@@ -55,18 +67,22 @@ func (f *flow) claimed(ctx context.Context, now time.Time, n int) {
 	}
 	if n > 0 {
 		f.lastHit = now
-		if now.Sub(f.windowStart) > flowWindow {
-			f.windowStart, f.inWindow = now, 0
-		}
-		f.inWindow += n
-		if f.lock == nil && f.inWindow >= flowEnter && !now.Before(f.noTryTill) {
-			f.start(ctx, now)
+	}
+	if f.lock != nil {
+		if now.Sub(f.lastHit) > flowLinger {
+			f.stop(ctx)
+			f.pollUntil = now.Add(flowGrace)
+			f.windowStart = now
+			f.notes.Store(0)
 		}
 		return
 	}
-	if f.lock != nil && now.Sub(f.lastHit) > flowLinger {
-		f.stop(ctx)
-		f.pollUntil = now.Add(flowGrace)
+	if span := now.Sub(f.windowStart); span >= flowWindow {
+		notes := f.notes.Swap(0)
+		f.windowStart = now
+		if float64(notes) >= float64(f.rate)*span.Seconds() && n > 0 && !now.Before(f.noTryTill) {
+			f.start(ctx, now)
+		}
 	}
 }
 

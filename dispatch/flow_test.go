@@ -41,12 +41,18 @@ func TestFlowingPipelinesLoseNothingWhileProducersStartAndStop(t *testing.T) {
 	})
 	cfg := func(i int) dispatch.PipelineConfig {
 		return dispatch.PipelineConfig{Owner: fmt.Sprintf("replica-%d", i), BatchSize: 20, PollInterval: 200 * time.Millisecond,
-			BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
+			BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000,
+			FlowRate: 100} // what 8 producers surely exceed on a loaded 2-CPU machine
 	}
 	rec := newRecorder()
 	stops := make([]func(), 3)
+	replica := func(i int) func() { // a pipeline and its replica's listener
+		p := pipeline(t, f, cfg(i), pub, rec)
+		startListener(t, f, newRecorder(), p)
+		return run(t, p)
+	}
 	for i := range stops {
-		stops[i] = run(t, pipeline(t, f, cfg(i), pub, rec))
+		stops[i] = replica(i)
 	}
 
 	var committed sync.Map // id → true
@@ -82,7 +88,7 @@ func TestFlowingPipelinesLoseNothingWhileProducersStartAndStop(t *testing.T) {
 		}
 		if burst == 1 {
 			stops[0]() // a replica goes away, and another takes its place
-			run(t, pipeline(t, f, cfg(3), pub, rec))
+			replica(3)
 		}
 		// A pause long enough for a flow to end (flowLinger), so that the next burst
 		// meets parked pipelines and notifications again.

@@ -71,7 +71,7 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	if p.ordered != nil {
 		// An ordered claim passes over keys whose head is leased, so the messages behind
 		// this batch's keys were left for now; nothing else would say they are due.
-		p.Wake()
+		p.wakeUp()
 	}
 }
 

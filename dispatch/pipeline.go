@@ -87,6 +87,9 @@ type PipelineConfig struct {
 	// NoFlow keeps the pipeline parked however fast messages arrive: it never polls
 	// every few milliseconds nor stops producers from notifying (flow.go).
 	NoFlow bool
+	// FlowRate is how many notifications a second for the stream start a flow
+	// (DefaultFlowRate).
+	FlowRate int
 }
 
 func (c *PipelineConfig) defaults() error {
@@ -104,6 +107,7 @@ func (c *PipelineConfig) defaults() error {
 	setInt(&c.Concurrency, 2)
 	setInt(&c.MaxAttempts, 10)
 	setInt(&c.BreakerThreshold, 3)
+	setInt(&c.FlowRate, DefaultFlowRate)
 	setDur(&c.PollInterval, time.Second)
 	setDur(&c.LeaseTTL, 30*time.Second)
 	setDur(&c.PublishTimeout, 10*time.Second)
@@ -165,11 +169,7 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("stream", cfg.Stream)
-	f := flow{stream: cfg.Stream, try: st.TryFlow, log: logger, emit: emit}
-	if cfg.NoFlow {
-		f.try = nil
-	}
-	return &Pipeline{
+	p := &Pipeline{
 		cfg:     cfg,
 		store:   st,
 		pub:     pub,
@@ -179,8 +179,12 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 		now:     time.Now,
 		breaker: newBreaker(cfg.BreakerThreshold, cfg.BreakerPause, cfg.BreakerMaxPause),
 		ordered: ordered,
-		flow:    f,
-	}, nil
+	}
+	p.flow.stream, p.flow.rate, p.flow.try, p.flow.log, p.flow.emit = cfg.Stream, cfg.FlowRate, st.TryFlow, logger, emit
+	if cfg.NoFlow {
+		p.flow.try = nil
+	}
+	return p, nil
 }
 
 type discardEmitter struct{}
@@ -190,9 +194,16 @@ func (discardEmitter) Emit(events.Event) {}
 // Stream is the stream this pipeline drains.
 func (p *Pipeline) Stream() string { return p.cfg.Stream }
 
-// Wake asks the pipeline to claim now instead of at its next poll. It never blocks;
+// Wake asks the pipeline to claim now instead of at its next poll: the listener calls
+// it for each notification of the stream, which counts towards a flow. It never blocks;
 // wake-ups arriving while one is pending fold into it.
 func (p *Pipeline) Wake() {
+	p.flow.notified()
+	p.wakeUp()
+}
+
+// wakeUp is Wake without counting a notification.
+func (p *Pipeline) wakeUp() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
