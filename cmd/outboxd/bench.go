@@ -84,6 +84,9 @@ type benchSettings struct {
 	// dispatcher alike: benchAckUpdate marks it delivered (run's default, with delivered
 	// rows retained), benchAckDelete deletes it (janitor.retention 0).
 	Ack string `json:"ack"`
+	// Flow is every stream's streams.<name>.flow (--flow): whether its pipeline may
+	// flow, polling every millisecond while producers stop notifying.
+	Flow bool `json:"flow"`
 }
 
 // The write-back modes of --ack.
@@ -113,6 +116,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 	keys := fs.Int("keys", 1000, "distinct message keys")
 	ordered := fs.Bool("ordered", false, "make the streams ordered (per-key FIFO, docs/ordering.md); --keys 1 is a single hot key")
 	retained := fs.Int("retained", 0, "delivered rows kept in the table through every phase (e.g. 10000000)")
+	flow := fs.Bool("flow", def.Flow, "let pipelines flow under a high producer rate (streams.<name>.flow); --flow=false keeps every insert notifying")
 	ack := fs.String("ack", benchAckUpdate, "write-back of a confirmed message: update (mark delivered, run's default) or delete (as with janitor.retention 0)")
 	streams := fs.Int("streams", 1, "streams the backlog is spread over, one pipeline each")
 	batch := fs.Int("batch", def.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")
@@ -160,7 +164,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 		Messages: *messages, PayloadBytes: *payload, Keys: *keys, Streams: *streams,
 		BatchSize: *batch, BatchSizeFrom: from("batch"), Concurrency: *concurrency, ConcurrencyFrom: from("concurrency"),
 		Rate: *rate, LatencySeconds: latencyFor.Seconds(), IdleSamples: *idle, ProducerMessages: producerMessages,
-		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained, Ordered: *ordered, Ack: *ack,
+		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained, Ordered: *ordered, Ack: *ack, Flow: *flow,
 	}
 	switch {
 	case *messages < 1 || *keys < 1 || *streams < 1 || *idle < 1 || *rate < 1:
@@ -244,7 +248,7 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 	for _, name := range benchStreams(o.set.Streams) {
 		s := config.DefaultStream()
 		s.Driver, s.TopicPrefix = benchDriverName, benchPrefix
-		s.BatchSize, s.Concurrency, s.Ordered = o.set.BatchSize, o.set.Concurrency, o.set.Ordered
+		s.BatchSize, s.Concurrency, s.Ordered, s.Flow = o.set.BatchSize, o.set.Concurrency, o.set.Ordered, o.set.Flow
 		cfg.Streams[name] = s
 	}
 	if err := cfg.Validate(); err != nil {

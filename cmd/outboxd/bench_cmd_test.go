@@ -297,7 +297,7 @@ func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"--ordered", "--streams", "3", "--batch", "250", "--concurrency", "5"},
-		{"--ack", "delete", "--drivers", "kafka,jetstream"},
+		{"--ack", "delete", "--drivers", "kafka,jetstream", "--flow=false"},
 		{},
 	} {
 		o, err := parseBenchFlags(env{args: args, environ: []string{"OUTBOXD_DATABASE_URL=postgres://u@db:5432/bench"}, stderr: io.Discard})

@@ -201,6 +201,7 @@ func benchEnviron(parent []string, cfg config.Config) []string {
 		set(prefix+"BATCH_SIZE", strconv.Itoa(s.BatchSize))
 		set(prefix+"CONCURRENCY", strconv.Itoa(s.Concurrency))
 		set(prefix+"ORDERED", strconv.FormatBool(s.Ordered))
+		set(prefix+"FLOW", strconv.FormatBool(s.Flow))
 	}
 	return env
 }

@@ -135,6 +135,9 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	if s.Ordered {
 		fmt.Fprintf(w, "ordered    yes: per-key FIFO over %d keys\n", s.Keys)
 	}
+	if !s.Flow {
+		fmt.Fprintln(w, "flow       off: every insert notifies")
+	}
 	fmt.Fprintf(w, "brokers    NATS %s, Kafka %s\n\n", s.NATS, s.Kafka)
 
 	claim := "store.Claim"
