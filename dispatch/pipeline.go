@@ -275,7 +275,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		go func() {
 			defer inflight.Done()
 			defer func() { <-slots }()
-			p.process(ctx, hard, claim, claimTime)
+			p.drain(ctx, hard, claim, claimTime, limit)
 		}()
 		if len(claim.Messages) < limit {
 			// Not a full batch: the backlog is drained. Wait for news or the poll
@@ -286,6 +286,34 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 	inflight.Wait()
 	return nil
+}
+
+// drain processes a claimed batch, and while batches come back full it claims and
+// processes the next one itself, on the slot it holds: so a backlog is claimed by up to
+// concurrency claims at once, not one after another by Run's loop, which waits for a
+// slot. It hands the slot back after a batch that was not full, a claim that failed,
+// the breaker leaving closed, or shutdown; Run's loop then decides how long to wait.
+// Ordered streams claim from Run's loop only: their key cursor is its own.
+func (p *Pipeline) drain(ctx, hard context.Context, claim store.Claim, claimTime time.Duration, limit int) {
+	for {
+		p.process(ctx, hard, claim, claimTime)
+		if len(claim.Messages) < limit || limit < p.cfg.BatchSize || p.ordered != nil || ctx.Err() != nil || !p.closed() {
+			return
+		}
+		start := p.now()
+		next, err := p.store.Claim(hard, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+		if err != nil || len(next.Messages) == 0 {
+			return // Run's loop claims again, and reports a failure if it persists
+		}
+		claim, claimTime = next, p.now().Sub(start)
+	}
+}
+
+// closed reports whether the stream's breaker is closed (claiming normally).
+func (p *Pipeline) closed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.breaker.state == events.BreakerClosed
 }
 
 // claim leases the next batch: an ordered stream's keys from their heads (resuming the
