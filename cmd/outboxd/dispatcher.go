@@ -29,8 +29,12 @@ import (
 // drivers, one pipeline per stream, the listener, janitor and samplers, and the event
 // bus with the dead-letter forwarder.
 type dispatcher struct {
-	pool       *pgxpool.Pool
-	store      *store.Store
+	pool  *pgxpool.Pool
+	store *store.Store
+	// pipePool and pipeStore serve the pipelines' claims and write-backs, committed
+	// without waiting for their WAL flush (pipelineSessions).
+	pipePool   *pgxpool.Pool
+	pipeStore  *store.Store
 	router     *router.Router
 	drivers    map[string]router.Driver
 	pipelines  []*dispatch.Pipeline
@@ -89,18 +93,20 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
-	// Per stream: its batches in flight, its claim, and the flow lock it may hold.
-	conns := int32(4)
-	for _, s := range cfg.Streams {
-		conns += int32(s.Concurrency) + 2
-	}
-	poolConfig.MaxConns = max(poolConfig.MaxConns, conns)
 	// Every statement here is short and planned once; JIT compilation only adds latency.
 	poolConfig.ConnConfig.RuntimeParams["jit"] = "off"
+	poolConfig.MaxConns = max(poolConfig.MaxConns, 4) // janitor, samplers, admin API
+	pipeConfig := pipelineSessions(poolConfig, cfg.Streams)
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
+	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
 	if d.store, err = store.New(d.pool, n, storeOptions(cfg.Janitor)...); err != nil {
+		return nil, err
+	}
+	if d.pipeStore, err = store.New(d.pipePool, n, storeOptions(cfg.Janitor)...); err != nil {
 		return nil, err
 	}
 	if err := checkSchema(ctx, d.store); err != nil {
@@ -151,7 +157,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		if opt.wrap != nil {
 			pub = opt.wrap(stream, pub)
 		}
-		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.store, pub, d.bus,
+		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.pipeStore, pub, d.bus,
 			logger.With("driver", s.Driver))
 		if err != nil {
 			return nil, err
@@ -300,9 +306,11 @@ func (d *dispatcher) close() error {
 		}
 	}
 	d.drivers, d.router = nil, nil
-	if d.pool != nil {
-		d.pool.Close()
-		d.pool = nil
+	for _, p := range []**pgxpool.Pool{&d.pool, &d.pipePool} {
+		if *p != nil {
+			(*p).Close()
+			*p = nil
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -323,4 +331,25 @@ func storeOptions(j config.Janitor) []store.Option {
 		return []store.Option{store.WithAckByDelete()}
 	}
 	return nil
+}
+
+// pipelineSessions is the pool configuration of the pipelines' claims and write-backs:
+// per stream its batches in flight, its claim and the flow lock it may hold, and
+// synchronous_commit off unless database_url sets it. Such a commit returns before its
+// WAL is flushed; a database crash within the next few hundred milliseconds can then
+// undo it, which at-least-once delivery absorbs: an undone claim leaves its rows pending,
+// an undone write-back leaves them leased until reclaimed, and either way they are
+// published again, never lost. Operators' requeues and skips, the janitor and migrations
+// keep the server's setting. Measured: docs/benchmarks.md.
+func pipelineSessions(base *pgxpool.Config, streams map[string]config.Stream) *pgxpool.Config {
+	c := base.Copy()
+	conns := int32(0)
+	for _, s := range streams {
+		conns += int32(s.Concurrency) + 2
+	}
+	c.MaxConns = max(conns, 2)
+	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	return c
 }
