@@ -85,7 +85,7 @@ type PipelineConfig struct {
 	// does not go through. Messages without a key are not ordered.
 	Ordered bool
 	// NoFlow keeps the pipeline parked however fast messages arrive: it never polls
-	// every few milliseconds nor stops producers from notifying (flow.go).
+	// every millisecond nor stops producers from notifying (flow.go).
 	NoFlow bool
 	// FlowRate is how many notifications a second for the stream start a flow
 	// (DefaultFlowRate).
@@ -279,7 +279,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}()
 		if len(claim.Messages) < limit {
 			// Not a full batch: the backlog is drained. Wait for news or the poll
-			// (a few milliseconds while flowing).
+			// (a millisecond while flowing).
 			p.sleep(ctx, p.flow.wait(p.now(), p.cfg.PollInterval), true)
 		}
 	}
