@@ -76,9 +76,9 @@ type Stream struct {
 	// Ordered delivers the messages that share a key in the order they were inserted
 	// (docs/ordering.md).
 	Ordered bool `yaml:"ordered"`
-	// Flow lets the stream's pipeline poll every few milliseconds while messages arrive
-	// quickly, holding a lock that stops producers' inserts from notifying, which
-	// PostgreSQL would commit one at a time (dispatch/flow.go).
+	// Flow lets the stream's pipeline poll every millisecond while producers notify it
+	// more than 500 times a second, holding a lock that stops their inserts from
+	// notifying, which PostgreSQL would commit one at a time (dispatch/flow.go).
 	Flow       bool       `yaml:"flow"`
 	DeadLetter DeadLetter `yaml:"dead_letter"`
 }

@@ -301,7 +301,7 @@ func (p *Pipeline) drain(ctx, hard context.Context, claim store.Claim, claimTime
 			return
 		}
 		start := p.now()
-		next, err := p.store.Claim(hard, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+		next, err := p.claim(hard, limit)
 		if err != nil || len(next.Messages) == 0 {
 			return // Run's loop claims again, and reports a failure if it persists
 		}

@@ -73,8 +73,8 @@ type BreakerChanged struct {
 	Pause time.Duration
 }
 
-// FlowChanged reports a stream's pipeline starting or ending a flow: polling every few
-// milliseconds while holding the stream's flow lock, which stops producers' inserts from
+// FlowChanged reports a stream's pipeline starting or ending a flow: polling every
+// millisecond while holding the stream's flow lock, which stops producers' inserts from
 // notifying (dispatch/flow.go).
 type FlowChanged struct {
 	Stream  string

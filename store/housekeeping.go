@@ -37,8 +37,8 @@ func (s *Store) TryLock(ctx context.Context) (*Lock, error) {
 
 // TryFlow takes stream's flow lock without waiting, returning nil and no error when
 // another session holds it. While a session holds it, inserts of the stream send no
-// notification (migration 0003): its holder promises to poll the stream every few
-// milliseconds instead. PostgreSQL commits the transactions that notified one at a time,
+// notification (migration 0003): its holder promises to poll the stream every
+// millisecond instead. PostgreSQL commits the transactions that notified one at a time,
 // through their WAL flush, so at a high rate the notifications, not the disk, capped
 // how many transactions producers could commit.
 func (s *Store) TryFlow(ctx context.Context, stream string) (*Lock, error) {

@@ -126,18 +126,15 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 // when acknowledging deletes (--ack delete), gone from a table in which nothing else
 // deletes a row that is not delivered.
 func (b *bench) deliveredInTable(ctx context.Context, backlog int64) (int64, error) {
-	where := "status = 'delivered' AND id > $1"
-	if b.opt.set.Ack == benchAckDelete {
-		where = "id > $1"
-	}
-	var n int64
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+benchTable.Qualified()+" WHERE "+where, b.retainedUpTo).Scan(&n); err != nil {
-		return 0, err
+	count := func(where string) (n int64, err error) {
+		err = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+benchTable.Qualified()+" WHERE id > $1"+where, b.retainedUpTo).Scan(&n)
+		return n, err
 	}
 	if b.opt.set.Ack == benchAckDelete {
-		n = backlog - n
+		left, err := count("")
+		return backlog - left, err
 	}
-	return n, nil
+	return count(" AND status = 'delivered'")
 }
 
 // undeliveredSQL asks whether any row is still pending or leased (1) or not (0). The

@@ -103,10 +103,11 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	if d.store, err = store.New(d.pool, n, storeOptions(cfg.Janitor)...); err != nil {
+	opts := storeOptions(cfg.Janitor)
+	if d.store, err = store.New(d.pool, n, opts...); err != nil {
 		return nil, err
 	}
-	if d.pipeStore, err = store.New(d.pipePool, n, storeOptions(cfg.Janitor)...); err != nil {
+	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
 	if err := checkSchema(ctx, d.store); err != nil {

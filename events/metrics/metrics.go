@@ -206,7 +206,7 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 			"Messages by status as last sampled: pending (excluding deferred), deferred (pending, broker unreachable), leased, failed.", "stream", "status"),
 		paused: gauge("stream_paused", "1 while the stream's circuit breaker is open or half-open (its broker unreachable), else 0.", stream...),
 		flowing: gauge("stream_flowing",
-			"1 while this replica's pipeline of the stream is flowing (polling every few milliseconds; producers' inserts do not notify), else 0.", stream...),
+			"1 while this replica's pipeline of the stream is flowing (polling every millisecond; producers' inserts do not notify), else 0.", stream...),
 		blockedKeys: gauge("ordered_blocked_keys",
 			"Keys of an ordered stream whose head failed for good and was not skipped, as last sampled (0 for a stream that is not ordered).", stream...),
 		blockedMessages: gauge("ordered_blocked_messages",
