@@ -72,7 +72,7 @@ func TestUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		if v, dirty := version(t, ctx, dsn, n); v != migrations.Latest() || dirty {
 			t.Fatalf("after up: version %d dirty %v, want %d", v, dirty, migrations.Latest())
 		}
-		if tb, fn, vw := objects(t, conn, ctx, n); tb != 1 || fn != 4 || vw != 1 {
+		if tb, fn, vw := objects(t, conn, ctx, n); tb != 1 || fn != 5 || vw != 1 {
 			t.Fatalf("after up: %d tables, %d functions, %d views", tb, fn, vw)
 		}
 		if err := migrations.Up(ctx, dsn, n); err != nil {
@@ -142,7 +142,7 @@ func TestNonDefaultNamesWorkSideBySideInOneSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if tb, fn, vw := objects(t, conn, ctx, a); tb != 1 || fn != 4 || vw != 1 {
+	if tb, fn, vw := objects(t, conn, ctx, a); tb != 1 || fn != 5 || vw != 1 {
 		t.Fatalf("reverting %s damaged %s: %d tables, %d functions, %d views", b, a, tb, fn, vw)
 	}
 	if v, _ := version(t, ctx, dsn, a); v != migrations.Latest() {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,25 +26,28 @@ func outboxd(t *testing.T, environ []string, args ...string) (code int, stdout, 
 func TestMigrateUpVersionDownThroughTheCommandLine(t *testing.T) {
 	t.Parallel()
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t), "OUTBOXD_SCHEMA=billing", "OUTBOXD_TABLE=events"}
+	// Versions need not be contiguous: "down 1" from the latest lands on the one before it.
+	versions, err := migrations.Versions()
+	if err != nil || len(versions) < 2 {
+		t.Fatalf("migration versions %v, %v: this test needs at least two", versions, err)
+	}
+	latest, previous := versions[len(versions)-1], versions[len(versions)-2]
 	steps := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"migrate", "version"}, "billing.events: schema version 0 of"},
-		{[]string{"migrate", "up"}, "billing.events: schema version 3 of 3 (clean)"},
-		{[]string{"migrate", "up"}, "schema version 3 of 3 (clean)"},
-		{[]string{"migrate", "down", "1"}, "schema version 2 of 3 (clean)"},
+		{[]string{"migrate", "up"}, fmt.Sprintf("billing.events: schema version %d of %d (clean)", latest, latest)},
+		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d of %d (clean)", latest, latest)},
+		{[]string{"migrate", "down", "1"}, fmt.Sprintf("schema version %d of %d (clean)", previous, latest)},
 		{[]string{"migrate", "down", "--all"}, "schema version 0 of"},
-		{[]string{"migrate", "up"}, "schema version 3 of"},
+		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d of", latest)},
 	}
 	for _, s := range steps {
 		code, out, errOut := outboxd(t, environ, s.args...)
 		if code != 0 || !strings.Contains(out, s.want) {
 			t.Fatalf("outboxd %s: exit %d, stdout %q, stderr %q; want %q", strings.Join(s.args, " "), code, out, errOut, s.want)
 		}
-	}
-	if migrations.Latest() != 3 {
-		t.Fatalf("this test's expectations assume three migrations; update them for %d", migrations.Latest())
 	}
 }
 
