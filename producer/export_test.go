@@ -19,3 +19,6 @@ func (w *Writer) EnqueueBatchUnnest(ctx context.Context, tx pgx.Tx, msgs []Messa
 
 // MaxSQLRows is the most messages one database/sql statement carries.
 const MaxSQLRows = maxSQLRows
+
+// LockKeyVersion is the schema version that creates the key lock function.
+const LockKeyVersion = lockKeyVersion

@@ -13,7 +13,7 @@ import (
 
 // An application role needs no more than this on the outbox table: INSERT, and SELECT on
 // id for the single writes, whose RETURNING id reads it. No sequence privilege: the id is
-// an identity column.
+// an identity column. No grant for the key lock either: its function is PUBLIC.
 func TestARoleAllowedOnlyToInsertAndReadIDsCanUseEveryEntryPoint(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -57,5 +57,13 @@ func TestARoleAllowedOnlyToInsertAndReadIDsCanUseEveryEntryPoint(t *testing.T) {
 			t.Errorf("%s as %s: %v", ep.name, role, err)
 		}
 		x.rollback(t)
+	}
+	// The key lock of ordered streams needs nothing more either.
+	for _, g := range goHolders {
+		s := g.open(t, app, "orders", "order-1")
+		if err := s.lock(ctx(t)); err != nil {
+			t.Errorf("%s as %s: %v", g.name, role, err)
+		}
+		s.tx.rollback(t) // the next entry point takes the same key
 	}
 }

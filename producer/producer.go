@@ -55,6 +55,7 @@ type Writer struct {
 	copyTable    pgx.Identifier // COPY target for a pgx batch without AvailableAt
 	insertValues string         // database/sql: maxSQLRows rows of VALUES
 	valuesEnd    []int          // valuesEnd[n] is the length of insertValues holding n rows
+	lockKey      string         // the table's key lock function, called with stream and key
 }
 
 // New returns a Writer for the outbox table n. The name is validated here, so nothing
@@ -68,6 +69,7 @@ func New(n table.Name) (*Writer, error) {
 	w.insertOne = insertOneSQL(q)
 	w.insertUnnest = insertUnnestSQL(q)
 	w.insertValues, w.valuesEnd = insertValuesSQL(q)
+	w.lockKey = lockKeySQL(n.Derived("lock_key"))
 	return w, nil
 }
 

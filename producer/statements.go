@@ -21,6 +21,12 @@ const paramsPerRow = 7
 // parameters in 16 bits, so a statement can bind at most 65535 values.
 const maxSQLRows = 65535 / paramsPerRow
 
+// lockKeySQL calls the table's key lock function (migration 0005), which derives the lock
+// from the table, the stream and the key: the one definition of the lock, shared with SQL
+// producers (docs/ordering.md), so the client never derives a key itself. Parameters: $1
+// stream, $2 key.
+func lockKeySQL(function string) string { return "SELECT " + function + "($1, $2)" }
+
 // insertOneSQL writes one message and returns its id.
 func insertOneSQL(table string) string {
 	return "INSERT INTO " + table + " (" + columns + ")\n" +
