@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/url"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,10 +14,6 @@ import (
 
 	"github.com/outboxd/outboxd/table"
 )
-
-// namePattern constrains stream and driver names: they appear in metrics, logs and
-// environment variable names, where "__" separates segments.
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // Validate checks every setting and every rule between settings and returns nil or a
 // *Problems listing all of them. Having no streams is valid here (outboxd migrate needs
@@ -68,7 +63,8 @@ func (v *checker) ident(key, s string) {
 }
 
 func (v *checker) name(key, what, s string) {
-	if !namePattern.MatchString(s) || strings.Contains(s, "__") {
+	// The producer client refuses the same stream names (table.CheckStream).
+	if table.CheckStream(s) != nil {
 		v.add(key, "%s name %s must be 1 to 63 lower-case letters, digits, '.', '_' or '-', start with a letter or digit, and hold no \"__\"", what, quoteShort(s))
 	}
 }

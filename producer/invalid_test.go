@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +25,12 @@ var badInputs = []struct {
 	spoil func(*producer.Message)
 }{
 	{"An empty stream is refused", "stream", func(m *producer.Message) { m.Stream = "" }},
+	{"An upper-case stream name, which configuration refuses, is refused", "stream", func(m *producer.Message) { m.Stream = "Orders" }},
+	{"A stream name with a space is refused", "stream", func(m *producer.Message) { m.Stream = "my orders" }},
+	{"A stream name starting with a dot is refused", "stream", func(m *producer.Message) { m.Stream = ".orders" }},
+	{"A stream name holding a double underscore is refused", "stream", func(m *producer.Message) { m.Stream = "shop__orders" }},
+	{"A stream name of 64 bytes is refused", "stream", func(m *producer.Message) { m.Stream = strings.Repeat("s", 64) }},
+	{"A NUL byte in the stream is refused", "stream", func(m *producer.Message) { m.Stream = "orders\x00" }},
 	{"An empty topic is refused", "topic", func(m *producer.Message) { m.Topic = "" }},
 	{"A nil payload is refused", "payload", func(m *producer.Message) { m.Payload = nil }},
 	{"An empty header name is refused", "headers", func(m *producer.Message) { m.Headers = map[string]string{"a": "1", "": "2"} }},

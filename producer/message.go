@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/outboxd/outboxd/table"
 )
 
 // InvalidMessageError reports a message the client refused before sending anything, so
@@ -27,9 +29,15 @@ func (e *InvalidMessageError) Error() string {
 // check reports the first problem with m, or nil. The database refuses the same inputs
 // (except an empty header name) with constraints, but only by aborting the transaction.
 func check(i int, m *Message) error {
+	// A stream name configuration would refuse: its rows would wait for ever, unserved.
+	if err := table.CheckStream(m.Stream); err != nil {
+		reason := err.Error()
+		if m.Stream != "" {
+			reason += "; no outboxd configuration could serve such a stream"
+		}
+		return &InvalidMessageError{Index: i, Field: "stream", Reason: reason}
+	}
 	switch {
-	case m.Stream == "":
-		return &InvalidMessageError{Index: i, Field: "stream", Reason: "must not be empty"}
 	case m.Topic == "":
 		return &InvalidMessageError{Index: i, Field: "topic", Reason: "must not be empty"}
 	case m.Payload == nil:
