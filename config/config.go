@@ -149,8 +149,11 @@ type Partitions struct {
 
 // HTTP configures the health, metrics and admin listener.
 type HTTP struct {
-	Addr       string `yaml:"addr"`
+	Addr string `yaml:"addr"`
+	// AdminToken admits every /api/ request, reads and writes; ReadToken admits reads
+	// only. Either set closes the API to requests that present neither.
 	AdminToken Secret `yaml:"admin_token"`
+	ReadToken  Secret `yaml:"read_token"`
 }
 
 // Tracing configures OTLP/HTTP trace export.

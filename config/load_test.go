@@ -37,6 +37,7 @@ func TestLoadWithNothingGivesTheDocumentedDefaults(t *testing.T) {
 		{"janitor.partitions.ahead", cfg.Janitor.Partitions.Ahead, 3},
 		{"http.addr", cfg.HTTP.Addr, "127.0.0.1:9600"},
 		{"http.admin_token", cfg.HTTP.AdminToken, Secret("")},
+		{"http.read_token", cfg.HTTP.ReadToken, Secret("")},
 		{"tracing.enabled", cfg.Tracing.Enabled, false},
 		{"tracing.sample_ratio", cfg.Tracing.SampleRatio, 1.0},
 		{"tracing.service_name", cfg.Tracing.ServiceName, "outboxd"},

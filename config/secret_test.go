@@ -87,7 +87,7 @@ func TestRedactDSNReplacesOnlyPasswords(t *testing.T) {
 
 // The secrets below each appear once in the fixtures, so finding one anywhere in output
 // means it leaked.
-var secrets = []string{"dsn-pw-7f3a", "sasl-pw-91c2", "nats-token-55de", "nats-url-pw-a1b2", "admin-tok-0123456789abcdef"}
+var secrets = []string{"dsn-pw-7f3a", "sasl-pw-91c2", "nats-token-55de", "nats-url-pw-a1b2", "admin-tok-0123456789abcdef", "read-tok-0123456789abcdef", "read-tok-01"}
 
 const secretFile = `
 database_url: postgres://app:dsn-pw-7f3a@db.internal:5432/app?sslmode=require
@@ -105,6 +105,7 @@ drivers:
     token: nats-token-55de
 http:
   admin_token: admin-tok-0123456789abcdef
+  read_token: read-tok-0123456789abcdef
 streams:
   orders: {driver: bus}
 `
@@ -128,13 +129,14 @@ func TestSecretsNeverAppearInOutput(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	logger.Info("loaded", "config", cfg, "value", *cfg, "driver", cfg.Drivers["events"])
 	outputs := map[string]string{
-		"YAML()":           string(cfg.YAML()),
-		"fmt of *Config":   fmt.Sprintf("%v %+v %#v %s %q %x", cfg, cfg, cfg, cfg, cfg, cfg),
-		"fmt of Config":    fmt.Sprintf("%v %+v %#v", *cfg, *cfg, *cfg),
-		"fmt of drivers":   fmt.Sprintf("%v %+v %#v", cfg.Drivers, cfg.Drivers["events"], cfg.Drivers["js"]),
-		"fmt of Redacted":  fmt.Sprintf("%v %+v %#v", cfg.Redacted(), cfg.Redacted().Drivers, cfg.Redacted().HTTP),
-		"Redacted Reveals": cfg.Redacted().Drivers["js"].Token.Reveal() + cfg.Redacted().HTTP.AdminToken.Reveal(),
-		"slog JSON":        logs.String(),
+		"YAML()":          string(cfg.YAML()),
+		"fmt of *Config":  fmt.Sprintf("%v %+v %#v %s %q %x", cfg, cfg, cfg, cfg, cfg, cfg),
+		"fmt of Config":   fmt.Sprintf("%v %+v %#v", *cfg, *cfg, *cfg),
+		"fmt of drivers":  fmt.Sprintf("%v %+v %#v", cfg.Drivers, cfg.Drivers["events"], cfg.Drivers["js"]),
+		"fmt of Redacted": fmt.Sprintf("%v %+v %#v", cfg.Redacted(), cfg.Redacted().Drivers, cfg.Redacted().HTTP),
+		"Redacted Reveals": cfg.Redacted().Drivers["js"].Token.Reveal() + cfg.Redacted().HTTP.AdminToken.Reveal() +
+			cfg.Redacted().HTTP.ReadToken.Reveal(),
+		"slog JSON": logs.String(),
 	}
 	for where, text := range outputs {
 		assertNoSecret(t, where, text)
@@ -149,7 +151,7 @@ func TestSecretsNeverAppearInOutput(t *testing.T) {
 			t.Errorf("%s lacks %q:\n%s", where, want, outputs[where])
 		}
 	}
-	if !strings.Contains(logs.String(), `"admin_token":"[REDACTED]"`) || !strings.Contains(logs.String(), `"batch_size":100`) {
+	if !strings.Contains(logs.String(), `"admin_token":"[REDACTED]"`) || !strings.Contains(logs.String(), `"read_token":"[REDACTED]"`) || !strings.Contains(logs.String(), `"batch_size":100`) {
 		t.Errorf("slog output is not keyed as the file is:\n%s", logs.String())
 	}
 	if got := cfg.Drivers["js"].Token.Reveal(); got != "nats-token-55de" {
@@ -186,6 +188,9 @@ drivers:
   events: {type: nats, url: "nats://svc:nats-url-pw-a1b2@n1:port,http://nats-token-55de@n2:1"}
 `, nil, []string{"drivers.events.url"}},
 		{"A short admin token is not quoted.", "http: {admin_token: admin-tok-01}\n", nil, []string{"http.admin_token"}},
+		{"A short read token is not quoted.", "http: {read_token: read-tok-01}\n", nil, []string{"http.read_token"}},
+		{"A read token equal to the admin token is not quoted.",
+			"http: {admin_token: admin-tok-0123456789abcdef, read_token: admin-tok-0123456789abcdef}\n", nil, []string{"http.read_token"}},
 		{"A tracing endpoint with credentials is not quoted.", "tracing: {endpoint: 'grpc://u:nats-url-pw-a1b2@c:1'}\n", nil, []string{"tracing.endpoint"}},
 		{"Secrets from the environment next to a type error are not quoted.", "", []string{
 			"OUTBOXD_DATABASE_URL=postgres://app:dsn-pw-7f3a@db:x/app",

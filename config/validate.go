@@ -402,6 +402,14 @@ func (v *checker) http(key string, h HTTP) {
 	if h.AdminToken != "" && utf8.RuneCountInString(h.AdminToken.Reveal()) < 16 {
 		v.add(key+".admin_token", "must be at least 16 characters long")
 	}
+	v.secret(key+".read_token", h.ReadToken)
+	if h.ReadToken != "" && utf8.RuneCountInString(h.ReadToken.Reveal()) < 16 {
+		v.add(key+".read_token", "must be at least 16 characters long")
+	}
+	// The same value in both would make every holder of the read token an admin.
+	if h.ReadToken != "" && h.ReadToken == h.AdminToken {
+		v.add(key+".read_token", "must differ from http.admin_token, or the read token would allow writes")
+	}
 }
 
 // hostPortProblem checks a host:port; a listener may leave the host empty (all

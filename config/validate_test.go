@@ -88,6 +88,11 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"An HTTP address without a port is a problem.", func(c *Config) { c.HTTP.Addr = "localhost" }, "http.addr", "missing port"},
 		{"An HTTP address with a named port is a problem.", func(c *Config) { c.HTTP.Addr = "localhost:http" }, "http.addr", "port must be a number"},
 		{"A short admin token is a problem.", func(c *Config) { c.HTTP.AdminToken = "0123456789abcde" }, "http.admin_token", "at least 16 characters"},
+		{"A short read token is a problem.", func(c *Config) { c.HTTP.ReadToken = "0123456789abcde" }, "http.read_token", "at least 16 characters"},
+		{"A read token equal to the admin token is a problem.", func(c *Config) {
+			c.HTTP.AdminToken, c.HTTP.ReadToken = "0123456789abcdef", "0123456789abcdef"
+		}, "http.read_token", "must differ from http.admin_token"},
+		{"Redacted output pasted back as the read token is a problem.", func(c *Config) { c.HTTP.ReadToken = "[REDACTED]" }, "http.read_token", "placeholder"},
 		{"Redacted output pasted back as a secret is a problem.", func(c *Config) { c.HTTP.AdminToken = "[REDACTED]" }, "http.admin_token", "placeholder"},
 		{"Redacted output pasted back as the DSN is a problem.", func(c *Config) { c.DatabaseURL = "host=db password=[REDACTED]" }, "database_url", "placeholder"},
 		{"Redacted output pasted back as a DSN URL is a problem.", func(c *Config) { c.DatabaseURL = "postgres://u:[REDACTED]@db/app" }, "database_url", "placeholder"},
@@ -121,7 +126,7 @@ func TestValidateAcceptsTheEdgesOfEachRange(t *testing.T) {
 	s.BackoffMax, s.MaxDefer = s.BackoffInitial, time.Second
 	c.Streams["orders"] = s
 	c.DatabaseURL = "host=db port=5432 password='it\\'s ok' dbname=app"
-	c.HTTP = HTTP{Addr: ":0", AdminToken: "0123456789abcdef"}
+	c.HTTP = HTTP{Addr: ":0", AdminToken: "0123456789abcdef", ReadToken: "fedcba9876543210"}
 	c.Janitor.Retention = 0
 	c.Janitor.Partitions.Interval = time.Hour
 	c.Tracing = Tracing{Enabled: true, Endpoint: "https://collector:4318/v1/traces", SampleRatio: 0, ServiceName: "x"}
