@@ -5,16 +5,20 @@
 // words.
 //
 // Invariants: nothing changes through HTTP unless an admin token is configured and the
-// request presents it (compared in constant time); no response carries a secret, since
+// request presents it; once any token is configured, nothing under /api/ is answered to
+// a request that presents neither (tokens compared as digests, in constant time); a
+// query string that does not parse is refused, never read as no filter; no response
+// carries a secret, since
 // drivers are described from their configuration with credentials stripped; and every
 // error is JSON, {"error": "…"}, naming what is wrong.
 package admin
 
 import (
 	"context"
-	"crypto/sha256"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/config"
@@ -44,8 +48,10 @@ type Options struct {
 	// Streams and Drivers are the configured ones, as Describe returns them.
 	Streams []Stream
 	Drivers []Driver
-	// AdminToken enables the mutating endpoints; empty disables them.
+	// AdminToken admits every /api/ request; empty disables the mutating endpoints.
 	AdminToken config.Secret
+	// ReadToken admits /api/ reads only. With either token set, reads need one.
+	ReadToken config.Secret
 	// Ready lists readiness checks beyond the built-in database and schema checks
 	// (the wiring adds the notification listener). A broker being down is not a
 	// readiness failure: it is a per-stream state, shown in stats.
@@ -74,13 +80,10 @@ const maxBodyBytes = 1 << 20
 const requestTimeout = 30 * time.Second
 
 type server struct {
-	opt Options
-	// mutable is set when an admin token is configured; tokenHash is its SHA-256 (the
-	// token itself is not kept).
-	mutable   bool
-	tokenHash [sha256.Size]byte
-	log       *slog.Logger
-	now       func() time.Time
+	opt    Options
+	tokens tokens
+	log    *slog.Logger
+	now    func() time.Time
 }
 
 // New returns the handler for every endpoint. It panics without a Store, a wiring
@@ -97,22 +100,23 @@ func New(opt Options) http.Handler {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if opt.AdminToken != "" {
-		s.mutable, s.tokenHash = true, sha256.Sum256([]byte(opt.AdminToken.Reveal()))
-	}
-	s.opt.AdminToken = "" // not needed past this point
+	s.tokens = newTokens(opt.AdminToken.Reveal(), opt.ReadToken.Reveal())
+	s.opt.AdminToken, s.opt.ReadToken = "", "" // not needed past this point
 
+	handlers := map[string]http.HandlerFunc{
+		"/healthz": s.healthz, "/readyz": s.readyz, "/metrics": s.metrics,
+		"/api/v1/stats": s.stats, "/api/v1/messages": s.messages,
+		"/api/v1/messages/requeue": s.requeue, "/api/v1/messages/skip": s.skip,
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/healthz", only(http.MethodGet, http.HandlerFunc(s.healthz)))
-	mux.Handle("/readyz", only(http.MethodGet, http.HandlerFunc(s.readyz)))
-	mux.Handle("/metrics", only(http.MethodGet, http.HandlerFunc(s.metrics)))
-	mux.Handle("/api/v1/stats", only(http.MethodGet, http.HandlerFunc(s.stats)))
-	mux.Handle("/api/v1/messages", only(http.MethodGet, http.HandlerFunc(s.messages)))
-	mux.Handle("/api/v1/messages/requeue", only(http.MethodPost, http.HandlerFunc(s.requeue)))
-	mux.Handle("/api/v1/messages/skip", only(http.MethodPost, http.HandlerFunc(s.skip)))
+	paths := make([]string, len(routes))
+	for i, rt := range routes {
+		mux.Handle(rt.Path, only(rt.Method, s.guard(rt.Access, handlers[rt.Path])))
+		paths[i] = rt.Path
+	}
+	notFound := "no endpoint %s: see " + strings.Join(paths, ", ")
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no endpoint "+r.URL.Path+
-			": see /healthz, /readyz, /metrics, /api/v1/stats, /api/v1/messages, /api/v1/messages/requeue, /api/v1/messages/skip")
+		writeError(w, http.StatusNotFound, fmt.Sprintf(notFound, r.URL.Path))
 	})
 	return mux
 }

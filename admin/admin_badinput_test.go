@@ -77,18 +77,18 @@ func TestEveryMalformedRequestIsRefusedNamingWhatIsWrong(t *testing.T) {
 		{"Plain text is refused", "POST", requeue, `{"ids": [1]}`, append([]string{"Content-Type", "text/plain"}, auth...), 415, "must be JSON"},
 		{"A content type that does not parse is refused", "POST", requeue, `{"ids": [1]}`, append([]string{"Content-Type", "application/json; charset"}, auth...), 415, "must be JSON"},
 		// Query parameters.
-		{"A stream holding NUL in the query is refused, not passed to the database", "GET", "/api/v1/messages?stream=or%00ders", "", nil, 400, "stream: contains a NUL character"},
-		{"A stream that is not UTF-8 in the query is refused", "GET", "/api/v1/messages?stream=or%FFders", "", nil, 400, "stream: is not valid UTF-8"},
-		{"A cursor beyond 64 bits is refused", "GET", "/api/v1/messages?cursor=" + cursorOf("9223372036854775808"), "", nil, 400, "is not one this API handed out"},
-		{"A cursor of zero is refused", "GET", "/api/v1/messages?cursor=" + cursorOf("0"), "", nil, 400, "is not one this API handed out"},
-		{"A negative cursor is refused", "GET", "/api/v1/messages?cursor=" + cursorOf("-1"), "", nil, 400, "is not one this API handed out"},
-		{"A padded cursor is refused", "GET", "/api/v1/messages?cursor=" + base64.URLEncoding.EncodeToString([]byte("7")), "", nil, 400, "is not one this API handed out"},
-		{"A negative duration is refused", "GET", "/api/v1/messages?since=-2h", "", nil, 400, `since: "-2h" is neither`},
-		{"A duration beyond Go's range is refused", "GET", "/api/v1/messages?since=3000000h", "", nil, 400, `since: "3000000h" is neither`},
-		{"A five-digit year is refused", "GET", "/api/v1/messages?until=10000-01-01T00:00:00Z", "", nil, 400, `until: "10000-01-01T00:00:00Z" is neither`},
-		{"A time without a zone is refused", "GET", "/api/v1/messages?since=2024-05-01T12:00:00", "", nil, 400, "since:"},
-		{"A limit in exponent notation is refused", "GET", "/api/v1/messages?limit=1e3", "", nil, 400, `limit: want a whole number from 1 to 1000, got "1e3"`},
-		{"A negative limit is refused", "GET", "/api/v1/messages?limit=-1", "", nil, 400, `got "-1"`},
+		{"A stream holding NUL in the query is refused, not passed to the database", "GET", "/api/v1/messages?stream=or%00ders", "", auth, 400, "stream: contains a NUL character"},
+		{"A stream that is not UTF-8 in the query is refused", "GET", "/api/v1/messages?stream=or%FFders", "", auth, 400, "stream: is not valid UTF-8"},
+		{"A cursor beyond 64 bits is refused", "GET", "/api/v1/messages?cursor=" + cursorOf("9223372036854775808"), "", auth, 400, "is not one this API handed out"},
+		{"A cursor of zero is refused", "GET", "/api/v1/messages?cursor=" + cursorOf("0"), "", auth, 400, "is not one this API handed out"},
+		{"A negative cursor is refused", "GET", "/api/v1/messages?cursor=" + cursorOf("-1"), "", auth, 400, "is not one this API handed out"},
+		{"A padded cursor is refused", "GET", "/api/v1/messages?cursor=" + base64.URLEncoding.EncodeToString([]byte("7")), "", auth, 400, "is not one this API handed out"},
+		{"A negative duration is refused", "GET", "/api/v1/messages?since=-2h", "", auth, 400, `since: "-2h" is neither`},
+		{"A duration beyond Go's range is refused", "GET", "/api/v1/messages?since=3000000h", "", auth, 400, `since: "3000000h" is neither`},
+		{"A five-digit year is refused", "GET", "/api/v1/messages?until=10000-01-01T00:00:00Z", "", auth, 400, `until: "10000-01-01T00:00:00Z" is neither`},
+		{"A time without a zone is refused", "GET", "/api/v1/messages?since=2024-05-01T12:00:00", "", auth, 400, "since:"},
+		{"A limit in exponent notation is refused", "GET", "/api/v1/messages?limit=1e3", "", auth, 400, `limit: want a whole number from 1 to 1000, got "1e3"`},
+		{"A negative limit is refused", "GET", "/api/v1/messages?limit=-1", "", auth, 400, `got "-1"`},
 		{"A token in the query string is refused as an unknown parameter", "POST", requeue + "?token=" + token, `{"ids": [1]}`, jsonAuth, 400, "this endpoint takes no query parameters, got token"},
 		// Methods.
 		{"HEAD on the requeue endpoint is refused", "HEAD", requeue, "", nil, 405, ""},
@@ -212,5 +212,51 @@ func TestTheServerCapsHeadersAndBodiesItReads(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("refusing the streamed body took %s", d)
+	}
+}
+
+// A query string Go cannot parse loses the pairs it cannot read: answering the rest would
+// list every row for `?status=';drop table x;--`, a filter the client never asked to drop.
+// It is refused whole, as is a parameter given with no value, which would read as no
+// filter too.
+func TestAQueryThatDoesNotParseIsRefusedNotReadAsNoFilter(t *testing.T) {
+	t.Parallel()
+	f := setup(t, withToken)
+	ids := f.insert(t, "orders", 2)
+	f.fail(t, ids[0])
+	auth := bearer(token)
+	jsonAuth := append([]string{"Content-Type", "application/json"}, auth...)
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		header []string
+		want   string
+	}{
+		{"A filter holding a semicolon is refused, not dropped", "GET", "/api/v1/messages?status=%27;drop%20table%20x;--", "", auth,
+			"the query string does not parse: invalid semicolon separator in query; separate parameters with &"},
+		{"Parameters separated by semicolons are refused", "GET", "/api/v1/messages?status=failed;limit=1", "", auth, "invalid semicolon separator"},
+		{"A semicolon after a good filter is refused", "GET", "/api/v1/messages?status=failed&stream=orders;x", "", auth, "invalid semicolon separator"},
+		{"A broken percent escape is refused", "GET", "/api/v1/messages?stream=%zz", "", auth, `the query string does not parse: invalid URL escape "%zz"`},
+		{"A broken percent escape in a name is refused", "GET", "/api/v1/messages?st%atus=failed", "", auth, "the query string does not parse"},
+		{"A semicolon on stats is refused", "GET", "/api/v1/stats?;", "", auth, "invalid semicolon separator"},
+		{"A semicolon on requeue is refused", "POST", "/api/v1/messages/requeue?a;b", fmt.Sprintf(`{"ids": [%d]}`, ids[0]), jsonAuth, "invalid semicolon separator"},
+		{"A semicolon on skip is refused", "POST", "/api/v1/messages/skip?;", fmt.Sprintf(`{"ids": [%d]}`, ids[0]), jsonAuth, "invalid semicolon separator"},
+		{"A status with no value is refused, not read as any status", "GET", "/api/v1/messages?status=", "", auth, "query parameter status has no value; leave it out for no filter"},
+		{"A status with no equals sign is refused", "GET", "/api/v1/messages?status", "", auth, "query parameter status has no value"},
+		{"An empty limit is refused", "GET", "/api/v1/messages?limit=", "", auth, "query parameter limit has no value"},
+		{"A parameter with no name is refused", "GET", "/api/v1/messages?=failed", "", auth, `unknown query parameter ""`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := f.do(t, c.method, c.path, c.body, c.header...)
+			if res.Status != http.StatusBadRequest || !strings.Contains(res.errorText(t), c.want) {
+				t.Fatalf("status %d, body %.300s; want 400 saying %q", res.Status, res.Body, c.want)
+			}
+		})
+	}
+	if s := f.state(t, ids[0]); s.Status != "failed" || f.skippedAt(t, ids[0]) != nil {
+		t.Fatalf("a refused request changed a row: %+v", s)
 	}
 }

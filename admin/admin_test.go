@@ -326,16 +326,16 @@ func TestMistakesAreRefusedWithAMessageNamingThem(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"a cursor this API did not make", "GET", "/api/v1/messages?cursor=not-a-cursor", "", nil, 400, `cursor "not-a-cursor" is not one this API handed out`},
-		{"a cursor of base64 that is not an id", "GET", "/api/v1/messages?cursor=aGVsbG8", "", nil, 400, "is not one this API handed out"},
-		{"a status outside the domain", "GET", "/api/v1/messages?status=stuck", "", nil, 400, `status: "stuck" is not one of pending, leased, delivered, failed`},
-		{"a time that is not a time", "GET", "/api/v1/messages?since=yesterday", "", nil, 400, `since: "yesterday" is neither an RFC 3339 time`},
-		{"a window that ends before it starts", "GET", "/api/v1/messages?since=2024-05-02T00:00:00Z&until=2024-05-01T00:00:00Z", "", nil, 400, "until (2024-05-01T00:00:00Z) must be after since"},
-		{"a limit above the maximum", "GET", "/api/v1/messages?limit=1001", "", nil, 400, `limit: want a whole number from 1 to 1000, got "1001"`},
-		{"several mistakes at once", "GET", "/api/v1/messages?status=x&limit=0", "", nil, 400, `status: "x" is not one of`},
-		{"an unknown query parameter", "GET", "/api/v1/messages?statsu=failed", "", nil, 400, "unknown query parameter statsu; this endpoint takes status, stream"},
-		{"a repeated query parameter", "GET", "/api/v1/messages?status=failed&status=pending", "", nil, 400, "status is given 2 times"},
-		{"a parameter on stats", "GET", "/api/v1/stats?verbose=1", "", nil, 400, "takes no query parameters"},
+		{"a cursor this API did not make", "GET", "/api/v1/messages?cursor=not-a-cursor", "", auth, 400, `cursor "not-a-cursor" is not one this API handed out`},
+		{"a cursor of base64 that is not an id", "GET", "/api/v1/messages?cursor=aGVsbG8", "", auth, 400, "is not one this API handed out"},
+		{"a status outside the domain", "GET", "/api/v1/messages?status=stuck", "", auth, 400, `status: "stuck" is not one of pending, leased, delivered, failed`},
+		{"a time that is not a time", "GET", "/api/v1/messages?since=yesterday", "", auth, 400, `since: "yesterday" is neither an RFC 3339 time`},
+		{"a window that ends before it starts", "GET", "/api/v1/messages?since=2024-05-02T00:00:00Z&until=2024-05-01T00:00:00Z", "", auth, 400, "until (2024-05-01T00:00:00Z) must be after since"},
+		{"a limit above the maximum", "GET", "/api/v1/messages?limit=1001", "", auth, 400, `limit: want a whole number from 1 to 1000, got "1001"`},
+		{"several mistakes at once", "GET", "/api/v1/messages?status=x&limit=0", "", auth, 400, `status: "x" is not one of`},
+		{"an unknown query parameter", "GET", "/api/v1/messages?statsu=failed", "", auth, 400, "unknown query parameter statsu; this endpoint takes status, stream"},
+		{"a repeated query parameter", "GET", "/api/v1/messages?status=failed&status=pending", "", auth, 400, "status is given 2 times"},
+		{"a parameter on stats", "GET", "/api/v1/stats?verbose=1", "", auth, 400, "takes no query parameters"},
 		{"a write to a read endpoint", "POST", "/api/v1/messages", "{}", nil, 405, "POST is not allowed on /api/v1/messages; use GET"},
 		{"a read of the requeue endpoint", "GET", "/api/v1/messages/requeue", "", nil, 405, "use POST"},
 		{"an unknown path", "GET", "/api/v2/stats", "", nil, 404, "no endpoint /api/v2/stats"},
@@ -422,7 +422,7 @@ http:
 	f.fail(t, ids[0])
 	f.insert(t, "payments", 2)
 
-	res := f.do(t, "GET", "/api/v1/stats", "")
+	res := f.do(t, "GET", "/api/v1/stats", "", bearer(token)...)
 	if res.Status != http.StatusOK {
 		t.Fatalf("stats: %d %s", res.Status, res.Body)
 	}

@@ -85,7 +85,7 @@ func TestSkipIsRefusedWithoutTheTokenAndSkipsAKeysHeadOrNamedMessagesWithIt(t *t
 	// The stats of the ordered stream show the blocked key; the other stream has no such counts.
 	stats := func() map[string]admin.StreamStats {
 		t.Helper()
-		res := f.do(t, "GET", "/api/v1/stats", "")
+		res := f.do(t, "GET", "/api/v1/stats", "", bearer(token)...)
 		var st admin.Stats
 		res.decode(t, &st)
 		out := map[string]admin.StreamStats{}

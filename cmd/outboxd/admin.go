@@ -26,6 +26,12 @@ func (a *adminServer) subscribe(streams []string) func(bus *events.Bus) {
 	}
 }
 
+// isLoopback reports whether a listener accepts connections from this host only.
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
 // start serves on http.addr ("" disables it) until the returned stop is called. It
 // listens before returning, so a bad or busy address fails the start.
 func (a *adminServer) start(cfg *config.Config, d *dispatcher, metrics http.Handler, logger *slog.Logger) (stop func() error, err error) {
@@ -39,6 +45,7 @@ func (a *adminServer) start(cfg *config.Config, d *dispatcher, metrics http.Hand
 	}
 	h := admin.New(admin.Options{
 		Store: d.store, Streams: streams, Drivers: drivers, AdminToken: cfg.HTTP.AdminToken,
+		ReadToken: cfg.HTTP.ReadToken,
 		Ready: []admin.Check{{Name: "listener", Probe: func(context.Context) error {
 			if d.listener.Connected() {
 				return nil
@@ -51,7 +58,14 @@ func (a *adminServer) start(cfg *config.Config, d *dispatcher, metrics http.Hand
 	if err != nil {
 		return nil, fmt.Errorf("http.addr: listen on %s: %w", cfg.HTTP.Addr, err)
 	}
-	logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "requeue_enabled", cfg.HTTP.AdminToken != "")
+	logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "requeue_enabled", cfg.HTTP.AdminToken != "",
+		"reads_need_token", cfg.HTTP.AdminToken != "" || cfg.HTTP.ReadToken != "")
+	if cfg.HTTP.AdminToken == "" && cfg.HTTP.ReadToken == "" && !isLoopback(ln.Addr()) {
+		// Reads stay open without a token, for the loopback default; on another
+		// address they show keys, topics and errors to whoever reaches it.
+		logger.Warn("the admin API's reads are open to anyone who reaches http.addr: set http.read_token "+
+			"(or http.admin_token) to require a token, or listen on 127.0.0.1", "addr", ln.Addr().String())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- admin.ServeListener(ctx, ln, h) }()

@@ -113,9 +113,10 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 		natsURLPass   = "Natsurlpw5f6c02secret"
 		kafkaPassword = "Kafkapw8e1d33secret"
 		adminToken    = "Admintok3a9f5b0c7e21d4secret"
+		readToken     = "Readtok8c2e4f6a1b3d5secret"
 		tracePassword = "Tracepw6b0e41secret"
 	)
-	secrets := []string{dbPassword, natsToken, wrongToken, natsURLPass, kafkaPassword, adminToken, tracePassword,
+	secrets := []string{dbPassword, natsToken, wrongToken, natsURLPass, kafkaPassword, adminToken, readToken, tracePassword,
 		base64.StdEncoding.EncodeToString([]byte("collector:" + tracePassword))}
 
 	dsn := testenv.EmptyDatabase(t)
@@ -135,6 +136,7 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 		"OUTBOXD_REPLICA_ID=secrets-test",
 		"OUTBOXD_HTTP__ADDR=127.0.0.1:0",
 		"OUTBOXD_HTTP__ADMIN_TOKEN=" + adminToken,
+		"OUTBOXD_HTTP__READ_TOKEN=" + readToken,
 		"OUTBOXD_LOG__LEVEL=debug",
 		"OUTBOXD_JANITOR__INTERVAL=200ms",
 		"OUTBOXD_JANITOR__STATS_INTERVAL=200ms",
@@ -207,9 +209,15 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 		look(method+" "+path, string(b))
 		return res.StatusCode, string(b)
 	}
+	reader := []string{"Authorization", "Bearer " + readToken}
 	for _, path := range []string{"/api/v1/stats", "/metrics", "/readyz", "/api/v1/messages?limit=1000"} {
-		if status, body := get("GET", path, ""); status != http.StatusOK {
+		if status, body := get("GET", path, "", reader...); status != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", path, status, body)
+		}
+	}
+	for _, path := range []string{"/api/v1/stats", "/api/v1/messages"} {
+		if status, body := get("GET", path, ""); status != http.StatusUnauthorized {
+			t.Fatalf("GET %s without a token: %d %s; want 401", path, status, body)
 		}
 	}
 	for _, tok := range []string{"", "Bearer " + wrongToken, "Bearer " + adminToken + "x", "Basic " + adminToken} {
@@ -227,8 +235,8 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 		status, _ := get("GET", "/readyz", "")
 		return status == http.StatusServiceUnavailable
 	})
-	get("GET", "/api/v1/stats", "")
-	get("GET", "/api/v1/messages", "")
+	get("GET", "/api/v1/stats", "", reader...)
+	get("GET", "/api/v1/messages", "", reader...)
 	get("POST", "/api/v1/messages/requeue", `{"stream": "orders"}`, "Authorization", "Bearer "+adminToken)
 	waitFor("the pipelines to log their failed claims", func() bool { return strings.Contains(logs.String(), "claim failed") })
 	proxy.restore()
