@@ -8,9 +8,8 @@
 // request presents it; once any token is configured, nothing under /api/ is answered to
 // a request that presents neither (tokens compared as digests, in constant time); a
 // query string that does not parse is refused, never read as no filter; no response
-// carries a secret, since
-// drivers are described from their configuration with credentials stripped; and every
-// error is JSON, {"error": "…"}, naming what is wrong.
+// carries a secret, since drivers are described from their configuration with
+// credentials stripped; and every error is JSON, {"error": "…"}, naming what is wrong.
 package admin
 
 import (
@@ -111,6 +110,9 @@ func New(opt Options) http.Handler {
 	mux := http.NewServeMux()
 	paths := make([]string, len(routes))
 	for i, rt := range routes {
+		if handlers[rt.Path] == nil {
+			panic("admin: no handler for route " + rt.Path)
+		}
 		mux.Handle(rt.Path, only(rt.Method, s.guard(rt.Access, handlers[rt.Path])))
 		paths[i] = rt.Path
 	}
