@@ -34,6 +34,7 @@ type Store interface {
 	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
 	RequeueIDs(ctx context.Context, ids []int64) (int64, error)
 	RequeueFailed(ctx context.Context, f store.RequeueFilter) (store.RequeueResult, error)
+	CountFailed(ctx context.Context, f store.RequeueFilter) (int64, error)
 	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
 	Skip(ctx context.Context, ids []int64) (int64, error)
 	SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error)

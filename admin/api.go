@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/outboxd/outboxd/store"
 )
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
@@ -66,27 +64,29 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	p, err := req.plan(s.now())
+	p, err := req.Plan(s.now())
 	if err != nil {
 		s.fail(w, r, badRequest("%v", err))
 		return
 	}
+	// Each chunk has its own deadline; the whole request stays within the server's
+	// write timeout. A requeue cut short keeps what it did, and asking again goes on.
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	var n int64
-	if p.ids != nil {
-		n, err = s.opt.Store.RequeueIDs(ctx, p.ids)
-	} else {
-		var res store.RequeueResult
-		res, err = s.opt.Store.RequeueFailed(ctx, p.filter)
-		n = res.Requeued
+	n, err := Requeue(ctx, s.opt.Store, p, nil)
+	byIDs, ids := p.ByIDs()
+	limit := 0
+	if req.Limit != nil {
+		limit = *req.Limit
 	}
+	log := s.log.With("requeued", n, "by_ids", byIDs, "ids", ids, "stream", p.Stream(),
+		"since", req.Since, "until", req.Until, "limit", limit, "all", req.All, "remote", r.RemoteAddr)
 	if err != nil {
+		log.Warn("requeue stopped", "err", err)
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("requeued failed messages", "requeued", n, "ids", len(p.ids), "stream", p.filter.Stream,
-		"since", p.filter.Since, "until", p.filter.Until, "limit", p.filter.Limit, "remote", r.RemoteAddr)
+	log.Info("requeued failed messages")
 	writeJSON(w, http.StatusOK, RequeueResponse{Requeued: n})
 }
 

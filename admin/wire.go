@@ -20,12 +20,6 @@ const (
 	MaxPageLimit     = 1000
 )
 
-// Requeue-by-filter limits of one request.
-const (
-	DefaultRequeueLimit = 1000
-	MaxRequeueLimit     = store.MaxRequeueBatch
-)
-
 // Stats is the answer of GET /api/v1/stats and of `outboxd stats --json`.
 type Stats struct {
 	Table   string        `json:"table"`
@@ -267,73 +261,6 @@ func textProblem(s string) string {
 	return ""
 }
 
-// RequeueRequest is the body of POST /api/v1/messages/requeue: either IDs, or a
-// Stream with an optional created_at window and a Limit.
-type RequeueRequest struct {
-	IDs    []int64 `json:"ids,omitempty"`
-	Stream string  `json:"stream,omitempty"`
-	Since  string  `json:"since,omitempty"`
-	Until  string  `json:"until,omitempty"`
-	Limit  *int    `json:"limit,omitempty"`
-}
-
-// RequeueResponse is the answer to a requeue, and `outboxd requeue --json`.
-type RequeueResponse struct {
-	Requeued int64 `json:"requeued"`
-}
-
-// requeuePlan is a checked RequeueRequest: ids, or a filter.
-type requeuePlan struct {
-	ids    []int64
-	filter store.RequeueFilter
-}
-
-func (r RequeueRequest) plan(now time.Time) (requeuePlan, error) {
-	filtered := r.Stream != "" || r.Since != "" || r.Until != "" || r.Limit != nil
-	switch {
-	case r.IDs != nil && filtered:
-		return requeuePlan{}, errors.New("give either ids or a filter (stream, since, until, limit), not both")
-	case r.IDs != nil:
-		if len(r.IDs) == 0 || len(r.IDs) > MaxRequeueLimit {
-			return requeuePlan{}, fmt.Errorf("ids: want 1 to %d ids, got %d", MaxRequeueLimit, len(r.IDs))
-		}
-		for _, id := range r.IDs {
-			if id < 1 {
-				return requeuePlan{}, fmt.Errorf("ids: %d is not a message id (ids are positive)", id)
-			}
-		}
-		return requeuePlan{ids: r.IDs}, nil
-	case r.Stream == "":
-		return requeuePlan{}, errors.New("name the messages to requeue: {\"ids\": [...]}, or {\"stream\": \"...\"} " +
-			"with optional since, until (created_at) and limit")
-	}
-	f := store.RequeueFilter{Stream: r.Stream, Limit: DefaultRequeueLimit}
-	var problems []string
-	if msg := textProblem(r.Stream); msg != "" {
-		problems = append(problems, "stream: "+msg)
-	}
-	var err error
-	if f.Since, err = ParseTime(r.Since, now); err != nil {
-		problems = append(problems, "since: "+err.Error())
-	}
-	if f.Until, err = ParseTime(r.Until, now); err != nil {
-		problems = append(problems, "until: "+err.Error())
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
-		problems = append(problems, "until must be after since")
-	}
-	if r.Limit != nil {
-		if *r.Limit < 1 || *r.Limit > MaxRequeueLimit {
-			problems = append(problems, fmt.Sprintf("limit: want 1 to %d, got %d (requeue more in several requests)", MaxRequeueLimit, *r.Limit))
-		}
-		f.Limit = *r.Limit
-	}
-	if len(problems) > 0 {
-		return requeuePlan{}, errors.New(strings.Join(problems, "; "))
-	}
-	return requeuePlan{filter: f}, nil
-}
-
 // SkipRequest is the body of POST /api/v1/messages/skip, and what `outboxd skip` asks:
 // either IDs, or a Stream and a Key, whose head (its first message not yet delivered)
 // is skipped. Key is a pointer so that the empty key can be named.
@@ -357,8 +284,8 @@ func (r SkipRequest) Check() error {
 	case r.IDs != nil && keyed:
 		return errors.New("give either ids or a stream and a key, not both")
 	case r.IDs != nil:
-		if len(r.IDs) == 0 || len(r.IDs) > MaxRequeueLimit {
-			return fmt.Errorf("ids: want 1 to %d ids, got %d", MaxRequeueLimit, len(r.IDs))
+		if len(r.IDs) == 0 || len(r.IDs) > store.MaxRequeueBatch {
+			return fmt.Errorf("ids: want 1 to %d ids, got %d", store.MaxRequeueBatch, len(r.IDs))
 		}
 		for _, id := range r.IDs {
 			if id < 1 {

@@ -26,11 +26,6 @@ import (
 // inspectTimeout bounds a read command, and each chunk of a bulk requeue.
 const inspectTimeout = time.Minute
 
-// requeueChunk is how many rows one step of a bulk requeue changes: small enough that
-// each statement's locks are short, large enough that a million rows take a thousand
-// round trips.
-const requeueChunk = 1000
-
 func statsCmd(ctx context.Context, e env) error {
 	fs := newFlags("stats", e.stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object, as GET /api/v1/stats answers")
@@ -173,40 +168,23 @@ func requeueCmd(ctx context.Context, e env) error {
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
-	now := time.Now()
-	var ids []int64
-	var filter store.RequeueFilter
-	switch {
-	case *idList != "" && *stream != "":
-		return usageError{"requeue: give either --ids or --stream, not both"}
-	case *idList != "":
-		if *since != "" || *until != "" || *limit != 0 || *all {
-			return usageError{"requeue: --since, --until, --limit and --all go with --stream, not with --ids"}
+	// The flags become the request the HTTP API takes, checked by the same Plan.
+	req := admin.RequeueRequest{Stream: *stream, Since: *since, Until: *until, All: *all}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "limit" {
+			req.Limit = limit
 		}
-		var err error
-		if ids, err = parseIDList(*idList); err != nil {
+	})
+	if *idList != "" {
+		ids, err := parseIDList(*idList)
+		if err != nil {
 			return usageError{"requeue: --ids: " + err.Error()}
 		}
-	case *stream != "":
-		if (*limit > 0) == *all {
-			return usageError{"requeue: with --stream, give --limit N (at most N messages) or --all (every matching one)"}
-		}
-		if *limit < 0 {
-			return usageError{fmt.Sprintf("requeue: --limit must be positive, got %d", *limit)}
-		}
-		var err error
-		filter.Stream = *stream
-		if filter.Since, err = admin.ParseTime(*since, now); err != nil {
-			return usageError{"requeue: --since: " + err.Error()}
-		}
-		if filter.Until, err = admin.ParseTime(*until, now); err != nil {
-			return usageError{"requeue: --until: " + err.Error()}
-		}
-		if !filter.Since.IsZero() && !filter.Until.IsZero() && !filter.Until.After(filter.Since) {
-			return usageError{"requeue: --until must be after --since"}
-		}
-	default:
-		return usageError{"requeue: name the failed messages: --ids 1,2,3, or --stream S [--since T] [--until T] (--limit N | --all)"}
+		req.IDs = ids
+	}
+	plan, err := req.Plan(time.Now())
+	if err != nil {
+		return usageError{"requeue: " + err.Error() + " (flags: --ids, or --stream with --since, --until and --limit N or --all)"}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
@@ -220,89 +198,28 @@ func requeueCmd(ctx context.Context, e env) error {
 	}
 	defer done()
 
-	var n int64
-	if ids != nil {
-		n, err = requeueIDs(ctx, st, ids)
-	} else {
-		var progress io.Writer
-		if !*asJSON {
-			progress = e.stderr
-		}
-		n, err = requeueFiltered(ctx, st, filter, *limit, progress)
+	var show *requeueProgress
+	var progress func(done, target int64)
+	if !*asJSON {
+		show = newRequeueProgress(e.stderr)
+		progress = func(done, target int64) { show.update(fmt.Sprintf("requeued %d/%d", done, target)) }
+	}
+	n, err := admin.Requeue(ctx, st, plan, progress)
+	if show != nil {
+		show.end()
 	}
 	if err != nil {
 		return err
 	}
-	switch {
+	switch byIDs, named := plan.ByIDs(); {
 	case *asJSON:
 		return printInspectJSON(e.stdout, admin.RequeueResponse{Requeued: n})
-	case ids != nil:
-		fmt.Fprintf(e.stdout, "requeued %d of the %d messages named (a message that is not failed is left alone)\n", n, len(ids))
+	case byIDs:
+		fmt.Fprintf(e.stdout, "requeued %d of the %d messages named (a message that is not failed is left alone)\n", n, named)
 	default:
-		fmt.Fprintf(e.stdout, "requeued %d failed messages of stream %s\n", n, filter.Stream)
+		fmt.Fprintf(e.stdout, "requeued %d failed messages of stream %s\n", n, plan.Stream())
 	}
 	return nil
-}
-
-// requeueIDs requeues ids in bounded calls.
-func requeueIDs(ctx context.Context, st *store.Store, ids []int64) (int64, error) {
-	var total int64
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), store.MaxRequeueBatch)]
-		ids = ids[len(chunk):]
-		cctx, cancel := context.WithTimeout(ctx, inspectTimeout)
-		n, err := st.RequeueIDs(cctx, chunk)
-		cancel()
-		if err != nil {
-			return total, fmt.Errorf("%w (after requeueing %d)", err, total)
-		}
-		total += n
-	}
-	return total, nil
-}
-
-// requeueFiltered requeues up to limit (0: every) matching failed rows, chunk by chunk
-// in id order, reporting progress to progress (nil: none). Each chunk starts after the
-// last id the previous one selected, so a message that fails again while this runs is
-// not requeued twice.
-func requeueFiltered(ctx context.Context, st *store.Store, f store.RequeueFilter, limit int, progress io.Writer) (int64, error) {
-	cctx, cancel := context.WithTimeout(ctx, inspectTimeout)
-	matching, err := st.CountFailed(cctx, f)
-	cancel()
-	if err != nil {
-		return 0, err
-	}
-	target := matching
-	if limit > 0 {
-		target = min(target, int64(limit))
-	}
-	show := newRequeueProgress(progress)
-	var total int64
-	for limit == 0 || total < int64(limit) {
-		if err := ctx.Err(); err != nil {
-			show.end()
-			return total, fmt.Errorf("requeue stopped after requeueing %d: %w", total, err)
-		}
-		f.Limit = requeueChunk
-		if limit > 0 {
-			f.Limit = int(min(int64(requeueChunk), int64(limit)-total))
-		}
-		cctx, cancel := context.WithTimeout(ctx, inspectTimeout)
-		res, err := st.RequeueFailed(cctx, f)
-		cancel()
-		if err != nil {
-			show.end()
-			return total, fmt.Errorf("%w (after requeueing %d)", err, total)
-		}
-		if res.LastID == 0 {
-			break
-		}
-		total += res.Requeued
-		f.AfterID = res.LastID
-		show.update(fmt.Sprintf("requeued %d/%d", total, max(target, total)))
-	}
-	show.end()
-	return total, nil
 }
 
 // requeueProgress shows a changing line: rewritten in place on a terminal, one line per

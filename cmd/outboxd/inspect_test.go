@@ -229,13 +229,14 @@ func TestStatsMessagesAndRequeueRefuseMistakesWithAClearMessage(t *testing.T) {
 		usage bool
 		want  string
 	}{
-		{"requeue by filter without a bound", requeueCmd, []string{"--stream", "orders"}, true, "give --limit N (at most N messages) or --all"},
-		{"requeue with both a bound and --all", requeueCmd, []string{"--stream", "orders", "--limit", "5", "--all"}, true, "give --limit N"},
-		{"requeue with ids and a stream", requeueCmd, []string{"--ids", "1", "--stream", "orders"}, true, "either --ids or --stream"},
-		{"requeue ids with a window", requeueCmd, []string{"--ids", "1", "--since", "1h"}, true, "go with --stream, not with --ids"},
+		{"requeue by filter without a bound", requeueCmd, []string{"--stream", "orders"}, true, "give one bound: limit N (at most N messages, oldest first) or all"},
+		{"requeue with both a bound and --all", requeueCmd, []string{"--stream", "orders", "--limit", "5", "--all"}, true, "give one bound"},
+		{"requeue with ids and a stream", requeueCmd, []string{"--ids", "1", "--stream", "orders"}, true, "either ids or a filter"},
+		{"requeue ids with a window", requeueCmd, []string{"--ids", "1", "--since", "1h"}, true, "either ids or a filter"},
 		{"requeue of ids that are not ids", requeueCmd, []string{"--ids", "1,two"}, true, `"two" is not a message id`},
-		{"requeue of nothing", requeueCmd, nil, true, "name the failed messages"},
-		{"requeue with a bad time", requeueCmd, []string{"--stream", "orders", "--all", "--since", "last week"}, true, `--since: "last week" is neither`},
+		{"requeue of nothing", requeueCmd, nil, true, "name the messages to requeue"},
+		{"requeue with a zero --limit", requeueCmd, []string{"--stream", "orders", "--limit", "0"}, true, "limit: want at least 1, got 0"},
+		{"requeue with a bad time", requeueCmd, []string{"--stream", "orders", "--all", "--since", "last week"}, true, `since: "last week" is neither`},
 		{"messages with an unknown status", messagesCmd, []string{"--status", "stuck"}, true, `status: "stuck" is not one of pending, leased, delivered, failed`},
 		{"messages with a bad cursor", messagesCmd, []string{"--cursor", "!!"}, true, `cursor "!!" is not one this API handed out`},
 		{"messages with a limit over the page size", messagesCmd, []string{"--limit", "5000"}, true, "limit: want a whole number from 1 to 1000"},
