@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +74,11 @@ func runCmd(ctx context.Context, e env) error {
 	err = d.run(ctx)
 	// The admin endpoints stop last, so /metrics and /healthz answer during the drain.
 	err = errors.Join(err, stopAdmin())
-	logger.Info("outboxd stopped", "err", err)
+	if err != nil {
+		logger.Info("outboxd stopped", "err", err)
+	} else {
+		logger.Info("outboxd stopped")
+	}
 	return err
 }
 
@@ -94,15 +96,4 @@ func newMetrics(cfg *config.Config) (*prometheus.Registry, *metrics.Metrics) {
 		drivers[name] = d.Type
 	}
 	return reg, metrics.New(reg, streams, drivers, metrics.BuildInfo{Version: version})
-}
-
-// newLogger builds the process logger from the log settings (validated by config).
-func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
-	opts := &slog.HandlerOptions{Level: level}
-	if c.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
 }
