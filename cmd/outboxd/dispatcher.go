@@ -45,6 +45,7 @@ type dispatcher struct {
 	blocked    *dispatch.BlockedSampler // nil when no stream is ordered
 	bus        *events.Bus
 	deadLetter *dispatch.DeadLetterForwarder
+	failures   *dispatch.FailureLog
 	// busSubscribers names the dispatcher's own asynchronous bus subscribers.
 	busSubscribers []string
 	log            *slog.Logger
@@ -203,6 +204,9 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 			d.busSubscribers = append(d.busSubscribers, name)
 		}
 	}
+	// Synchronous, so that every failure is logged or counted in its stream's summary.
+	d.failures = dispatch.NewFailureLog(0, 0, logger)
+	d.bus.Subscribe("failure-log", d.failures.Handle, events.Filter(dispatch.IsMessageFailed))
 	if opt.subscribe != nil {
 		opt.subscribe(d.bus)
 	}
@@ -296,6 +300,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	if d.deadLetter != nil {
 		d.deadLetter.Close()
 	}
+	d.failures.Close() // the failures left out of the log since the last summary
 	return errors.Join(err, d.close())
 }
 

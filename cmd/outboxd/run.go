@@ -64,7 +64,7 @@ func runCmd(ctx context.Context, e env) error {
 		return err
 	}
 	m.ObserveListener(d.listener)
-	m.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers"}, d.busSubscribers...)...)
+	m.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers", "failure-log"}, d.busSubscribers...)...)
 	stopAdmin, err := adm.start(cfg, d, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry: reg, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)}), logger)
 	if err != nil {
