@@ -36,6 +36,7 @@ type Store interface {
 	RequeueFailed(ctx context.Context, f store.RequeueFilter) (store.RequeueResult, error)
 	CountFailed(ctx context.Context, f store.RequeueFilter) (int64, error)
 	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
+	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
 	Skip(ctx context.Context, ids []int64) (int64, error)
 	SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,16 +46,24 @@ type StreamStats struct {
 	// BlockedMessages the messages waiting behind them.
 	BlockedKeys     *int64 `json:"blocked_keys,omitempty"`
 	BlockedMessages *int64 `json:"blocked_messages,omitempty"`
+	// Unserved marks a stream that has pending rows but is not configured: no pipeline
+	// of a replica sharing this configuration delivers them (outboxd_unserved_messages).
+	Unserved bool `json:"unserved,omitempty"`
 }
 
 // StatsStore is what CollectStats reads.
 type StatsStore interface {
 	Backlogs(ctx context.Context, streams []string) ([]store.Backlog, error)
 	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
+	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
 }
 
 // CollectStats samples the streams' backlogs and, for ordered streams, their blocked
-// keys. breakers may be nil.
+// keys. When streams are configured (they name a driver), the streams that have pending
+// rows but are not among them follow, marked unserved, after the configured ones:
+// nobody delivers those rows, and a stats view that left them out would hide them.
+// Streams without a driver (the CLI's every-stream listing when nothing is configured)
+// are listed as given. breakers may be nil.
 func CollectStats(ctx context.Context, st StatsStore, tableName string, streams []Stream, drivers []Driver,
 	breakers map[string]string) (Stats, error) {
 	out := Stats{Table: tableName, Streams: []StreamStats{}, Drivers: drivers}
@@ -65,11 +74,29 @@ func CollectStats(ctx context.Context, st StatsStore, tableName string, streams 
 		return out, nil
 	}
 	names := make([]string, len(streams))
-	var ordered []string
+	var ordered, served []string
 	for i, s := range streams {
 		names[i] = s.Name
 		if s.Ordered {
 			ordered = append(ordered, s.Name)
+		}
+		if s.Driver != "" {
+			served = append(served, s.Name)
+		}
+	}
+	unserved := map[string]bool{}
+	if len(served) > 0 {
+		found, err := st.UnservedStreams(ctx, served)
+		if err != nil {
+			return Stats{}, err
+		}
+		streams = slices.Clip(streams) // appends below never write into the caller's array
+		for _, u := range found {
+			if !slices.Contains(names, u.Stream) {
+				unserved[u.Stream] = true
+				names = append(names, u.Stream)
+				streams = append(streams, Stream{Name: u.Stream})
+			}
 		}
 	}
 	backlogs, err := st.Backlogs(ctx, names)
@@ -90,7 +117,7 @@ func CollectStats(ctx context.Context, st StatsStore, tableName string, streams 
 		s := StreamStats{
 			Stream: b.Stream, Driver: streams[i].Driver, Breaker: breakers[b.Stream],
 			Pending: b.Pending, Leased: b.Leased, Failed: b.Failed, Deferred: b.Deferred,
-			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(),
+			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), Unserved: unserved[b.Stream],
 		}
 		if streams[i].Ordered {
 			bl := blocked[b.Stream]

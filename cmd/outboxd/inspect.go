@@ -75,6 +75,7 @@ func statsCmd(ctx context.Context, e env) error {
 		header += "\tBLOCKED KEYS\tWAITING BEHIND"
 	}
 	fmt.Fprintln(tw, header)
+	unserved := 0
 	for _, s := range stats.Streams {
 		age := "-"
 		if d := time.Duration(s.OldestPendingAgeSeconds * float64(time.Second)); d >= time.Second {
@@ -82,7 +83,11 @@ func statsCmd(ctx context.Context, e env) error {
 		} else if d > 0 {
 			age = d.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s", s.Stream, orDash(s.Driver), s.Pending, s.Leased, s.Failed, s.Deferred, age)
+		driver := orDash(s.Driver)
+		if s.Unserved {
+			driver, unserved = "UNSERVED", unserved+1
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s", s.Stream, driver, s.Pending, s.Leased, s.Failed, s.Deferred, age)
 		switch {
 		case s.BlockedKeys != nil:
 			fmt.Fprintf(tw, "\t%d\t%d", *s.BlockedKeys, *s.BlockedMessages)
@@ -91,7 +96,14 @@ func statsCmd(ctx context.Context, e env) error {
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if unserved > 0 {
+		fmt.Fprintf(e.stdout, "\n%d UNSERVED stream(s): pending rows under a stream no configured stream names; "+
+			"nobody delivers them (a producer's typo, or a stream not configured yet). See OutboxdUnservedMessages in docs/operations.md.\n", unserved)
+	}
+	return nil
 }
 
 func messagesCmd(ctx context.Context, e env) error {

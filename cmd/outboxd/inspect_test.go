@@ -104,10 +104,15 @@ func TestStatsShowsConfiguredStreamsOrElseEveryStreamWithABacklog(t *testing.T) 
 		t.Fatalf("stats --json: %+v", st)
 	}
 
-	// Configured streams: exactly those, with their driver, and no secret.
+	// Configured streams: those, with their driver, and no secret; then, marked
+	// unserved, the streams with pending rows that none of them names.
 	configured := newInspectWorld(t, "OUTBOXD_STREAMS__ORDERS__DRIVER=bus", "OUTBOXD_DRIVERS__BUS__TYPE=nats",
 		"OUTBOXD_DRIVERS__BUS__URL=nats://app:nats-pass-6a1f@nats-1:4222")
 	configured.insert(t, "payments", 1, false)
+	out, _ = configured.mustRun(t, statsCmd)
+	if !strings.Contains(out, "UNSERVED") || !strings.Contains(out, "1 UNSERVED stream(s)") {
+		t.Fatalf("stats does not mark the unconfigured stream with pending rows unserved:\n%s", out)
+	}
 	out, _ = configured.mustRun(t, statsCmd, "--json")
 	if strings.Contains(out, "nats-pass-6a1f") {
 		t.Fatalf("stats printed a secret:\n%s", out)
@@ -116,7 +121,8 @@ func TestStatsShowsConfiguredStreamsOrElseEveryStreamWithABacklog(t *testing.T) 
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Streams) != 1 || st.Streams[0].Stream != "orders" || st.Streams[0].Driver != "bus" || st.Streams[0].Breaker != "" ||
+	if len(st.Streams) != 2 || st.Streams[0].Stream != "orders" || st.Streams[0].Driver != "bus" || st.Streams[0].Breaker != "" ||
+		st.Streams[0].Unserved || st.Streams[1].Stream != "payments" || !st.Streams[1].Unserved || st.Streams[1].Pending != 1 ||
 		len(st.Drivers) != 1 || st.Drivers[0].Addresses[0] != "nats://nats-1:4222" {
 		t.Fatalf("stats of configured streams: %+v", st)
 	}
