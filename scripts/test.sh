@@ -25,8 +25,8 @@ if ! command -v "$(go env CC)" >/dev/null 2>&1; then
 fi
 export CGO_ENABLED=1
 
-# The metrics test (events/metrics) runs the real Prometheus server and promtool, both in
-# the Debian package prometheus. Its packaged service is kept from starting (policy-rc.d).
+# The metrics test (events/metrics) runs the real Prometheus server and promtool, and the
+# alert rules' unit tests (deploy) run promtool: both are in the Debian package prometheus. Its packaged service is kept from starting (policy-rc.d).
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
 	if (( EUID == 0 )) && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: prometheus/promtool missing; installing the prometheus package (apt-get), service not started" >&2
