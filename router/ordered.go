@@ -39,7 +39,9 @@ func KeyOrdered(ctx context.Context) bool { return ctx.Value(keyOrderKey{}) != n
 // call publishing its messages in order, and a key that fails in one call is held
 // back in the next. Within one call the broker's own order applies: a key's messages
 // go in order on one connection (NATS, JetStream) or in one request per partition
-// (Kafka). It returns one error per message, in order.
+// (Kafka). That order holds per destination only, so a key's messages in one call all
+// go to one destination: a message of a key bound elsewhere than the key's earlier
+// messages in the call starts the next call. It returns one error per message, in order.
 func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -68,7 +70,9 @@ func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error 
 	var chunk []int
 	var batch []Message
 	bytes := 0
+	dest := map[string]string{} // key → the destination of its messages in chunk
 	flush := func() {
+		clear(dest)
 		if len(chunk) == 0 {
 			return
 		}
@@ -100,15 +104,32 @@ func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error 
 		for k, v := range msgs[i].Headers {
 			size += len(k) + len(v)
 		}
-		if len(chunk) > 0 && (bytes+size > OrderedChunkBytes || len(chunk) == orderedChunkMessages) {
+		if len(chunk) > 0 && (bytes+size > OrderedChunkBytes || len(chunk) == orderedChunkMessages || movesOn(dest, &msgs[i])) {
 			flush()
 			if holdBack(i) {
 				continue
 			}
+		}
+		if msgs[i].Key != nil {
+			dest[string(msgs[i].Key)] = msgs[i].Topic
 		}
 		chunk = append(chunk, i)
 		bytes += size
 	}
 	flush()
 	return errs
+}
+
+// movesOn says whether m's key already has messages in the chunk (dest) bound for
+// another destination. Two destinations are two unordered streams of answers: a Kafka
+// driver finds one topic missing and still writes the other, and each topic's
+// partition is its own produce request; a JetStream server refuses a subject no stream
+// captures after the next message of the key, on another subject, was already stored.
+// Only the driver's answer for the first tells whether the second may go.
+func movesOn(dest map[string]string, m *Message) bool {
+	if m.Key == nil {
+		return false
+	}
+	topic, ok := dest[string(m.Key)]
+	return ok && topic != m.Topic
 }

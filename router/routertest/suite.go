@@ -51,6 +51,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 	}{
 		{"a batch arrives complete, in order, with its keys and headers", batchArrivesInOrder},
 		{"a refused message fails alone and permanently while its batch is delivered", refusedFailsAlone},
+		{"an ordered publish sends nothing of a key past its refused head", orderedStopsAtRefusedHead},
 		{"a cancelled context fails every message and confirms none", cancelledContext},
 		{"an unreachable broker is reported as unreachable for every message", unreachableBroker},
 		{"publishing after close fails every message and close is idempotent", afterClose},
@@ -166,6 +167,55 @@ func refusedFailsAlone(t *testing.T, h *Harness) {
 	for _, r := range h.Receive(t, topic, len(msgs)-1) {
 		if r.Headers["seq"] == strconv.Itoa(bad) {
 			t.Fatal("the refused message arrived")
+		}
+	}
+}
+
+// orderedStopsAtRefusedHead publishes, through PublishOrdered, a batch whose message 4
+// the broker refuses (its destination is missing) and whose message 9 shares that
+// message's key but goes to a destination that takes it. Whatever the broker says of
+// message 4, message 9 must not be published ahead of it: it is held back unsent, and
+// the other keys are delivered.
+func orderedStopsAtRefusedHead(t *testing.T, h *Harness) {
+	topic := h.Topic(t)
+	msgs := batch(topic, 10)
+	const head, behind = 4, 9
+	refused := h.Refused(t, topic)
+	refused.ID = msgs[head].ID
+	refused.Key = msgs[head].Key
+	refused.Headers = map[string]string{"seq": strconv.Itoa(head)}
+	msgs[head] = refused
+	if string(msgs[behind].Key) != string(refused.Key) {
+		t.Fatalf("suite: message %d has key %q, not its head's %q", behind, msgs[behind].Key, refused.Key)
+	}
+
+	rt, err := router.New(router.Route{Stream: "conformance", DriverName: "under-test", Driver: h.Driver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := rt.Publisher("conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := pub.PublishOrdered(ctxFor(t), msgs)
+	if len(errs) != len(msgs) {
+		t.Fatalf("PublishOrdered returned %d results for %d messages", len(errs), len(msgs))
+	}
+	for i, err := range errs {
+		switch {
+		case i == head && router.KindOf(err) != router.KindPermanent:
+			t.Fatalf("the refused head: %v (%s), want permanent", err, router.KindOf(err))
+		case i == behind && err == nil:
+			t.Fatalf("message %d of key %q was published past its refused head", i, msgs[i].Key)
+		case i == behind && router.KindOf(err) != router.KindHeldBack:
+			t.Fatalf("message %d behind the refused head: %v (%s), want held back", i, err, router.KindOf(err))
+		case i != head && i != behind && err != nil:
+			t.Fatalf("message %d of another key failed: %v", i, err)
+		}
+	}
+	for _, r := range h.Receive(t, topic, len(msgs)-2) {
+		if s := r.Headers["seq"]; s == strconv.Itoa(head) || s == strconv.Itoa(behind) {
+			t.Fatalf("message %s arrived: %v", s, r)
 		}
 	}
 }
