@@ -63,8 +63,10 @@ func TestEachAnswerIsReadAsTheClientLibraryReadsIt(t *testing.T) {
 			false, router.KindRetryable, &jetstream.APIError{}, false},
 		{"A stream that does not match the expected one is permanent.", `{"error":{"code":400,"err_code":10060,"description":"expected stream does not match"}}`,
 			false, router.KindPermanent, &jetstream.APIError{}, false},
-		{"An answer that is not JSON is retryable.", `not a PubAck`, false, router.KindRetryable, jetstream.ErrInvalidJSAck, false},
-		{"An answer without a stream is retryable.", `{"seq":4}`, false, router.KindRetryable, jetstream.ErrInvalidJSAck, false},
+		// The responder is a core subscriber and no stream captures its subject, which
+		// the server confirms: what it answers cannot make the message storable.
+		{"An answer that is not JSON, where no stream captures the subject, is permanent.", `not a PubAck`, false, router.KindPermanent, jetstream.ErrInvalidJSAck, false},
+		{"An answer without a stream, where no stream captures the subject, is permanent.", `{"seq":4}`, false, router.KindPermanent, jetstream.ErrInvalidJSAck, false},
 	}
 	b := newBroker(t)
 	d := newDriver(t, b.srv.URL(), 0)
@@ -98,6 +100,7 @@ func TestAMessageWithoutAPubAckTimesOutAsRetryableAndALatePubAckConfirmsNothing(
 	b := newBroker(t)
 	const timeout = 300 * time.Millisecond
 	d := newDriverWith(t, config.Driver{URL: b.srv.URL(), PublishTimeout: timeout, MaxInFlight: 1})
+	silentStream(t, b, "fake.silent")         // a stream captures the subject: the timeout stays retryable
 	r := newResponder(t, b.nc, "fake.silent") // never answers
 
 	start := time.Now()

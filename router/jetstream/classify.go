@@ -34,11 +34,16 @@ const (
 // caused by the message's size rather than by a limit the stream reached.
 const storeFailedTooLarge = "message too large"
 
+// errNoStream is a publish's failure once the server confirmed that no stream captures
+// its subject (confirmNoStream), whatever answer, or none, the publish got.
+var errNoStream = errors.New("the server confirms no stream captures the subject")
+
 // classify maps the error of a message published to subject to what it costs the
 // dispatcher:
 //
 //   - permanent: no stream captures the subject (no responders, or no stream response
-//     after the client's retries); the message exceeds the stream's or the server's size
+//     after the client's retries, or a reply that was not a PubAck or no reply at all
+//     when the server confirms it has no stream for the subject: errNoStream); the message exceeds the stream's or the server's size
 //     limit; an expectation the producer put in its headers failed (expected stream,
 //     last sequence, last message id); the stream is sealed; a per-message TTL or a
 //     schedule the stream refuses;
@@ -53,7 +58,7 @@ func classify(subject string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case isAny(err, jetstream.ErrNoStreamResponse, nats.ErrNoResponders):
+	case isAny(err, jetstream.ErrNoStreamResponse, nats.ErrNoResponders, errNoStream):
 		return router.Permanent(fmt.Errorf("no JetStream stream captures subject %s: %w", subject, err))
 	case errors.As(err, &apiErr):
 		err = fmt.Errorf("publish to %s: %w", subject, err)

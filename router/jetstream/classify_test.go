@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -42,6 +43,8 @@ func TestClassify(t *testing.T) {
 		{"a subject no stream captures is permanent", static(jetstream.ErrNoStreamResponse), router.KindPermanent},
 		{"no responders on the subject is permanent", static(nats.ErrNoResponders), router.KindPermanent},
 		{"a stream-not-found reply is permanent", apiErr(server.NewJSStreamNotFoundError()), router.KindPermanent},
+		{"a reply that was not a PubAck, on a subject the server says no stream captures, is permanent", static(fmt.Errorf("%w: %w", errNoStream, jetstream.ErrInvalidJSAck)), router.KindPermanent},
+		{"no reply within the publish timeout, on a subject the server says no stream captures, is permanent", static(fmt.Errorf("%w: %w", errNoStream, jetstream.ErrAsyncPublishTimeout)), router.KindPermanent},
 		// Size.
 		{"a payload over the server's max_payload is permanent", static(nats.ErrMaxPayload), router.KindPermanent},
 		{"a message over the stream's maximum size is permanent", apiErr(server.NewJSStreamMessageExceedsMaximumError()), router.KindPermanent},

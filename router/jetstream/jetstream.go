@@ -142,7 +142,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 	if stop == nil {
 		stop = d.wait(ctx, b)
 	}
-	return d.finish(b, errs, stop)
+	return d.confirmNoStream(ctx, msgs, d.finish(b, errs, stop))
 }
 
 // unusable says why no message of a batch can be published now, or nil.
