@@ -109,7 +109,28 @@ type Driver struct {
 	PublishTimeout time.Duration `yaml:"publish_timeout" only:"nats,jetstream"`
 	MaxInFlight    int           `yaml:"max_in_flight" only:"jetstream"`
 
+	// Provision creates a destination that does not exist yet; off by default, because
+	// in production streams and topics are usually owned by whoever runs the broker.
+	Provision Provision `yaml:"provision" only:"kafka,jetstream"`
+
 	TLS TLS `yaml:"tls"`
+}
+
+// Provision says whether and how a driver creates what its streams publish to when it
+// is missing: for jetstream, one JetStream stream capturing "<topic_prefix>>" of every
+// outbox stream routed to the driver, created at start; for kafka, each topic, created
+// the first time a message is bound for it and the cluster does not have it.
+type Provision struct {
+	Enabled bool `yaml:"enabled"`
+
+	Stream          string        `yaml:"stream" only:"jetstream"`
+	Retention       string        `yaml:"retention" only:"jetstream"`
+	Storage         string        `yaml:"storage" only:"jetstream"`
+	Replicas        int           `yaml:"replicas" only:"jetstream"`
+	DuplicateWindow time.Duration `yaml:"duplicate_window" only:"jetstream"`
+
+	Partitions        int `yaml:"partitions" only:"kafka"`
+	ReplicationFactor int `yaml:"replication_factor" only:"kafka"`
 }
 
 // SASL configures Kafka authentication.
@@ -209,11 +230,13 @@ func DefaultDriver(typ string) Driver {
 		d.ClientID = "outboxd"
 		d.Compression = "none"
 		d.WriteTimeout = 10 * time.Second
+		d.Provision = Provision{Partitions: 1, ReplicationFactor: 1}
 	case TypeNATS:
 		d.PublishTimeout = 5 * time.Second
 	case TypeJetStream:
 		d.PublishTimeout = 5 * time.Second
 		d.MaxInFlight = 1024
+		d.Provision = Provision{Retention: "limits", Storage: "file", Replicas: 1, DuplicateWindow: 2 * time.Minute}
 	}
 	return d
 }

@@ -36,6 +36,11 @@ func (d Driver) LogValue() slog.Value { return toLogValue(reflect.ValueOf(d.Reda
 // type, those of its type; for a driver of an unknown type, those that are set.
 func shownFields(v reflect.Value) []field {
 	fs := fieldsOf(v.Type())
+	if v.Type() == provisionType {
+		// It does not know its driver's type: a field of one type is shown when set,
+		// and each type's defaults set only its own.
+		return slices.DeleteFunc(slices.Clone(fs), func(f field) bool { return f.only != nil && v.Field(f.index).IsZero() })
+	}
 	if v.Type() != driverType {
 		return fs
 	}

@@ -38,11 +38,12 @@ func (k kind) want() string {
 }
 
 var (
-	durationType = reflect.TypeFor[time.Duration]()
-	secretType   = reflect.TypeFor[Secret]()
-	streamType   = reflect.TypeFor[Stream]()
-	driverType   = reflect.TypeFor[Driver]()
-	configType   = reflect.TypeFor[Config]()
+	durationType  = reflect.TypeFor[time.Duration]()
+	secretType    = reflect.TypeFor[Secret]()
+	streamType    = reflect.TypeFor[Stream]()
+	driverType    = reflect.TypeFor[Driver]()
+	provisionType = reflect.TypeFor[Provision]()
+	configType    = reflect.TypeFor[Config]()
 )
 
 func kindOf(t reflect.Type) kind {

@@ -222,6 +222,34 @@ func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver, 
 		v.driverRef(k("dead_letter.driver"), s.DeadLetter.Driver, drivers)
 	}
 	v.deadLetterCollision(k("dead_letter.topic"), s.DeadLetter, streams, drivers)
+	if d, ok := drivers[s.Driver]; ok && d.Type == TypeJetStream && d.Provision.Enabled && !strings.HasSuffix(s.TopicPrefix, ".") {
+		v.add(k("topic_prefix"), "must end with '.' when drivers.%s.provision.enabled is true, so that the JetStream stream "+
+			"it creates can capture \"<topic_prefix>>\"; got %s", s.Driver, quoteShort(s.TopicPrefix))
+	}
+}
+
+// streamNamePattern is what a provisioned JetStream stream may be called: a name the
+// server takes that is also a single subject token.
+var streamNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (v *checker) provision(key string, d Driver) {
+	k := func(f string) string { return key + ".provision." + f }
+	p := d.Provision
+	switch d.Type {
+	case TypeKafka:
+		v.intRange(k("partitions"), p.Partitions, 1, 10000)
+		v.intRange(k("replication_factor"), p.ReplicationFactor, 1, 32)
+	case TypeJetStream:
+		if p.Enabled && p.Stream == "" {
+			v.add(k("stream"), "required when provision.enabled is true: the name of the JetStream stream to create")
+		} else if p.Stream != "" && !streamNamePattern.MatchString(p.Stream) {
+			v.add(k("stream"), "must be 1 to 64 ASCII letters, digits, '_' or '-'; got %s", quoteShort(p.Stream))
+		}
+		v.oneOf(k("retention"), p.Retention, "limits", "interest", "workqueue")
+		v.oneOf(k("storage"), p.Storage, "file", "memory")
+		v.intRange(k("replicas"), p.Replicas, 1, 5)
+		v.durRange(k("duplicate_window"), p.DuplicateWindow, time.Second, 7*24*time.Hour)
+	}
 }
 
 // deadLetterCollision refuses, on NATS and JetStream, a dead-letter subject among the
@@ -278,6 +306,9 @@ func (v *checker) driver(key, name string, d Driver) {
 		return
 	}
 	v.tls(k("tls"), d.TLS)
+	if d.Type == TypeKafka || d.Type == TypeJetStream {
+		v.provision(key, d)
+	}
 	if d.Type == TypeKafka {
 		v.kafka(key, d)
 		return

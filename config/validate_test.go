@@ -76,6 +76,21 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"A NATS token and user together are a problem.", driver("events", func(d *Driver) { d.Token, d.Username, d.Password = "t", "u", "p" }), "drivers.events.token", "choose one way"},
 		{"A NATS user without a password is a problem.", driver("events", func(d *Driver) { d.Username = "u" }), "drivers.events.username", "set both or neither"},
 		{"A zero NATS publish timeout is a problem.", driver("events", func(d *Driver) { d.PublishTimeout = 0 }), "drivers.events.publish_timeout", "positive"},
+		{"Provisioning a JetStream stream without its name is a problem.", driver("js", func(d *Driver) { d.Provision.Enabled = true }), "drivers.js.provision.stream", "required when provision.enabled is true"},
+		{"A provisioned JetStream stream name with a dot is a problem.", driver("js", func(d *Driver) { d.Provision.Stream = "a.b" }), "drivers.js.provision.stream", "ASCII letters, digits"},
+		{"An unknown JetStream retention is a problem.", driver("js", func(d *Driver) { d.Provision.Retention = "forever" }), "drivers.js.provision.retention", "want one of limits, interest, workqueue"},
+		{"A JetStream duplicate window under a second is a problem.", driver("js", func(d *Driver) { d.Provision.DuplicateWindow = time.Millisecond }), "drivers.js.provision.duplicate_window", "between 1s and 168h"},
+		{"A Kafka topic of no partitions is a problem.", driver("bus", func(d *Driver) { d.Provision.Partitions = 0 }), "drivers.bus.provision.partitions", "between 1 and 10000"},
+		{"Kafka partitions on a JetStream driver are a problem.", driver("js", func(d *Driver) { d.Provision.Partitions = 3 }), "drivers.js.provision.partitions", "only valid for type kafka"},
+		{"A stream without a dotted prefix on a provisioning JetStream driver is a problem.", func(c *Config) {
+			d := c.Drivers["js"]
+			d.Provision.Enabled, d.Provision.Stream = true, "ORDERS"
+			c.Drivers["js"] = d
+			s := c.Streams["orders"]
+			s.Driver, s.TopicPrefix = "js", "shop"
+			c.Streams["orders"] = s
+		}, "streams.orders.topic_prefix", "must end with '.' when drivers.js.provision.enabled is true"},
+		{"Provisioning on a NATS driver is a problem.", driver("events", func(d *Driver) { d.Provision.Enabled = true }), "drivers.events.provision.enabled", "only valid for types kafka and jetstream"},
 		{"A JetStream in-flight limit over 65536 is a problem.", driver("js", func(d *Driver) { d.MaxInFlight = 65537 }), "drivers.js.max_in_flight", "between 1 and 65536"},
 		{"A CA file with TLS disabled is a problem.", driver("js", func(d *Driver) { d.TLS.CAFile = "/ca.pem" }), "drivers.js.tls.ca_file", "tls.enabled is false"},
 		{"A certificate without a key is a problem.", driver("js", func(d *Driver) { d.TLS = TLS{Enabled: true, CertFile: "/c.pem"} }), "drivers.js.tls.cert_file", "set both or neither"},
