@@ -81,6 +81,7 @@ type Driver struct {
 	log          *slog.Logger
 	addr         net.Addr
 	autoCreate   bool
+	provision    config.Provision // create a missing topic when Enabled
 	writeTimeout time.Duration
 	connect      func() *kafka.Transport // builds a transport with this driver's settings
 	transport    *kafka.Transport
@@ -133,6 +134,7 @@ func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
 		log:          logger.With("driver", name),
 		addr:         kafka.TCP(cfg.Brokers...),
 		autoCreate:   cfg.AllowAutoTopicCreation,
+		provision:    cfg.Provision,
 		writeTimeout: writeTimeout,
 	}
 	d.connect = func() *kafka.Transport {

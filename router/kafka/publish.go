@@ -228,12 +228,22 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 	if err != nil {
 		return fail(unknown, err)
 	}
-	var created []string
+	var created, missing []string
 	for _, t := range unknown {
-		if code := codes[t]; code == 0 {
+		switch code := codes[t]; {
+		case code == 0:
 			created = append(created, t)
-		} else {
+		case code == kafka.UnknownTopicOrPartition && c.d.provision.Enabled:
+			missing = append(missing, t)
+		default:
 			refused[t] = classify(publishError(t, topicError(code, false)))
+		}
+	}
+	for t, err := range c.d.createTopics(c.wctx, fresh, missing) {
+		if err != nil {
+			refused[t] = c.unsent(t, err)
+		} else {
+			created = append(created, t)
 		}
 	}
 	if len(created) == 0 {
