@@ -136,6 +136,12 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		drivers[name] = drv
 	}
 	d.drivers = drivers
+	if err := provisionDrivers(ctx, cfg, drivers); err != nil {
+		for _, open := range drivers {
+			_ = open.Close()
+		}
+		return nil, err
+	}
 	var routes []router.Route
 	for _, stream := range sortedKeys(cfg.Streams) {
 		s := cfg.Streams[stream]
