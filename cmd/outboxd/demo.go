@@ -118,6 +118,9 @@ func demoCmd(ctx context.Context, e env) error {
 	cfg.Schema, cfg.TableName = demoTable.Schema, demoTable.Table
 	drv := config.DefaultDriver(config.TypeJetStream)
 	drv.URL = ns.ClientURL()
+	// The demo shows the first-deployment setting: the driver creates its stream when
+	// it is missing (production leaves this off; docs/configuration.md).
+	drv.Provision.Enabled, drv.Provision.Stream = true, "OUTBOXD_DEMO"
 	cfg.Drivers = map[string]config.Driver{"jetstream": drv}
 	stream := config.DefaultStream()
 	stream.Driver, stream.TopicPrefix = "jetstream", demoSubjectPrefix
