@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -29,11 +30,12 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-func configCmd(e env) error {
+func configCmd(ctx context.Context, e env) error {
 	if len(e.args) == 0 || e.args[0] != "check" {
 		return usageError{"config: want the subcommand check"}
 	}
 	fs := newFlags("config check", e.stderr)
+	connect := fs.Bool("connect", false, "also dial the database and every driver and check each stream's destination")
 	if err := parseFlags(fs, e.args[1:]); err != nil {
 		return err
 	}
@@ -43,6 +45,9 @@ func configCmd(e env) error {
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
 		return err
+	}
+	if *connect {
+		return connectCheck(ctx, cfg, e.stdout, e.stderr)
 	}
 	fmt.Fprintf(e.stdout, "# configuration is valid; effective values, secrets redacted\n%s", cfg.YAML())
 	return nil

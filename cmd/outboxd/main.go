@@ -22,6 +22,9 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// errReported fails a command that has already printed why, one line per problem.
+var errReported = errors.New("problems reported")
+
 const usage = `outboxd delivers transactional-outbox rows from PostgreSQL to Kafka and NATS.
 
 Usage:
@@ -46,7 +49,9 @@ Commands:
   migrate down (N | --all)   revert N migrations, or all of them
   migrate version            print the applied and the expected schema version
   migrate sql (up | down)    print the migrations as SQL for psql, with your names
-  config check               validate the configuration and print it, secrets redacted
+  config check [--connect]   validate the configuration and print it, secrets redacted;
+                             --connect also dials the database and every driver and says,
+                             per stream, whether its destination exists
   version                    print the build version
 
 Every command reads OUTBOXD_* environment variables and, with --config FILE or
@@ -76,6 +81,8 @@ func run(ctx context.Context, e env) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, errReported):
+		return 1
 	case errors.As(err, &ue):
 		fmt.Fprintf(e.stderr, "outboxd: %v\n\n%s", err, usage)
 		return 2
@@ -109,7 +116,7 @@ func runCommand(ctx context.Context, e env) error {
 	case "migrate":
 		return migrateCmd(ctx, e)
 	case "config":
-		return configCmd(e)
+		return configCmd(ctx, e)
 	case "version", "--version":
 		fmt.Fprintf(e.stdout, "outboxd %s (%s)\n", version, goVersion())
 		return nil

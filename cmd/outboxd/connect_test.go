@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+func TestConfigCheckConnectSaysWhichStreamHasNoDestinationAndWhatToDo(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	srv := testenv.NewNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=" + pg.DSN, "OUTBOXD_SCHEMA=" + pg.Table.Schema, "OUTBOXD_TABLE=" + pg.Table.Table,
+		"OUTBOXD_DRIVERS__EVENTS__TYPE=jetstream", "OUTBOXD_DRIVERS__EVENTS__URL=" + srv.URL(),
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=events", "OUTBOXD_STREAMS__ORDERS__TOPIC_PREFIX=shop.orders.",
+		"OUTBOXD_STREAMS__CARTS__DRIVER=events", "OUTBOXD_STREAMS__CARTS__TOPIC_PREFIX=shop.carts.",
+	}
+	check := func() (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(ctx, env{args: []string{"config", "check", "--connect"}, environ: environ, stdout: &out, stderr: &errOut})
+		return code, out.String(), errOut.String()
+	}
+
+	// No stream captures either prefix: one line per stream, each saying what to do.
+	code, out, errOut := check()
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if code != 1 || len(lines) != 2 {
+		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s\nwant exit 1 and two lines", code, errOut, out)
+	}
+	for i, stream := range []string{"carts", "orders"} {
+		want := `stream "` + stream + `": no JetStream stream captures subject "shop.` + stream + `.>" on ` + srv.URL() +
+			": create a stream capturing it, or set drivers.events.provision.enabled: true"
+		if lines[i] != want {
+			t.Fatalf("line %d:\n%s\nwant\n%s", i+1, lines[i], want)
+		}
+	}
+
+	// Once a stream captures both, the check passes with a summary.
+	nc, err := natsgo.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHOP", Subjects: []string{"shop.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = check()
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "OK: ") || !strings.Contains(out, `stream "orders": subject "shop.orders.>" exists on driver "events"`) {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0 and an OK summary", code, out, errOut)
+	}
+
+	// An unreachable server is one line too, naming the driver.
+	srv.Stop()
+	code, _, errOut = check()
+	if code != 1 || !strings.HasPrefix(errOut, `driver "events": cannot reach `) || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("with the server stopped: exit %d, stderr:\n%s", code, errOut)
+	}
+}
