@@ -10,6 +10,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -68,5 +69,33 @@ func TestConfigCheckConnectSaysWhichStreamHasNoDestinationAndWhatToDo(t *testing
 	code, _, errOut = check()
 	if code != 1 || !strings.HasPrefix(errOut, `driver "events": cannot reach `) || strings.Count(errOut, "\n") != 1 {
 		t.Fatalf("with the server stopped: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+func TestConfigCheckConnectNeverPrintsSecrets(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	srv := testenv.NewNATS(t)
+	addr := strings.TrimPrefix(srv.URL(), "nats://")
+	srv.Stop() // the failure lines are where a secret could leak
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := strings.Replace(pg.DSN, "postgres://postgres@", "postgres://postgres:db-s3cret@", 1)
+	if dsn == pg.DSN {
+		t.Skipf("the test DSN %q has no user to put a password beside", config.RedactDSN(pg.DSN))
+	}
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=" + dsn, "OUTBOXD_SCHEMA=nowhere",
+		"OUTBOXD_DRIVERS__EVENTS__TYPE=jetstream", "OUTBOXD_DRIVERS__EVENTS__URL=nats://app:nats-s3cret@" + addr,
+		"OUTBOXD_DRIVERS__BUS__TYPE=nats", "OUTBOXD_DRIVERS__BUS__URL=nats://" + addr, "OUTBOXD_DRIVERS__BUS__TOKEN=tok-s3cret",
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=events", "OUTBOXD_STREAMS__ORDERS__TOPIC_PREFIX=shop.orders.",
+	}
+	var out, errOut bytes.Buffer
+	code := run(ctx, env{args: []string{"config", "check", "--connect"}, environ: environ, stdout: &out, stderr: &errOut})
+	if code != 1 || strings.Count(errOut.String(), "\n") != 3 {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1 and three lines (schema, two drivers)", code, errOut.String())
+	}
+	if all := out.String() + errOut.String(); strings.Contains(all, "s3cret") {
+		t.Fatalf("a secret was printed:\n%s", all)
 	}
 }
