@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"regexp"
 	"net"
 	"net/url"
 	"reflect"
