@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -11,9 +12,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/producer"
 )
 
 // buildOutboxd builds this command into a temporary directory. outboxd bench runs the
@@ -318,5 +324,51 @@ func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
 				t.Errorf("%v, %s: the child would run with\n%+v\nwant\n%+v", args, d, *got, want)
 			}
 		}
+	}
+}
+
+// TestBenchCountsOnlyTheDrainedMessagesAsArrivals keeps the --retained rows out of a
+// drain's arrival count: they were delivered before the bench began and never arrive,
+// so counting against their ids too let extra copies pass for arrivals (and kept the
+// core NATS counter waiting for ids that never come).
+func TestBenchCountsOnlyTheDrainedMessagesAsArrivals(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := testenv.EmptyDatabase(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, dsn, benchTable); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := producer.New(benchTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const retained, backlog, copies = 50, 20, 2
+	b := &bench{opt: benchOptions{dsn: dsn, set: benchSettings{Retained: retained, Keys: 5}}, pool: pool, writer: writer,
+		payload: []byte("p"), streams: benchStreams(1), progress: newProgress(io.Discard, false)}
+	if err := b.retain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.fill(ctx, "drain discard", backlog); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := b.ids(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The discard driver's total: every drained message once, two of them twice.
+	child := &dispatcherProcess{discarded: backlog + copies}
+	arrived, duplicates, err := discardCounter{}.count(ctx, ids, child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if arrived != backlog || duplicates != copies {
+		t.Errorf("counted %d arrived and %d duplicates against %d ids; want %d arrived (the drained backlog) and %d duplicates",
+			arrived, duplicates, len(ids), backlog, copies)
 	}
 }
