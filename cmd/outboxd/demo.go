@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
+	jsdriver "github.com/outboxd/outboxd/router/jetstream"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -55,6 +56,7 @@ func demoCmd(ctx context.Context, e env) error {
 	producers := fs.Int("producers", 8, "concurrent producer goroutines, each committing transactions")
 	perTx := fs.Int("batch", 50, "messages per producer transaction")
 	rollbackEvery := fs.Int("rollback-every", 10, "roll back every Nth transaction on purpose (0: never)")
+	loseEvery := fs.Int("lose-answer-every", 0, "lose JetStream's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again and the stream's de-duplication drops the copies (0: never)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for delivery after this long")
 	if err := parseFlags(fs, e.args); err != nil {
@@ -63,8 +65,8 @@ func demoCmd(ctx context.Context, e env) error {
 	switch {
 	case *messages < 1:
 		return usageError{"demo: --messages must be at least 1"}
-	case *producers < 1 || *perTx < 1 || *rollbackEvery < 0:
-		return usageError{"demo: --producers and --batch must be at least 1, --rollback-every at least 0"}
+	case *producers < 1 || *perTx < 1 || *rollbackEvery < 0 || *loseEvery < 0:
+		return usageError{"demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0"}
 	}
 
 	cfg := config.Default()
@@ -132,16 +134,24 @@ func demoCmd(ctx context.Context, e env) error {
 
 	run := &demoRun{committedAt: map[string]time.Time{}, rolledBack: map[string]bool{}, confirmedAt: map[string]time.Time{}, received: map[string]int{}}
 	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{migrate: true, wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
-		return &timedPublisher{next: p, run: run}
+		return &timedPublisher{next: p, run: run, loseEvery: *loseEvery}
 	}})
 	if err != nil {
 		return err
+	}
+	// Duplicates are counted where they still show: the stream drops a copy published
+	// inside its duplicate window and answers that it was one, so a consumer of the
+	// stream never sees it; the driver counts those answers.
+	jsDriver, ok := d.drivers["jetstream"].(*jsdriver.Driver)
+	if !ok {
+		return errors.New("demo: the jetstream driver is not a JetStream driver")
 	}
 	runCtx, stopDispatcher := context.WithCancel(ctx)
 	dispatched := make(chan error, 1)
 	go func() { dispatched <- d.run(runCtx) }()
 
-	// The consumer: every message the stream stored, counted by its de-duplication id.
+	// The consumer: every message the stream stored, counted by its de-duplication id
+	// (a copy published after the duplicate window would be stored again, and counted).
 	cons, err := jsStream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		stopDispatcher()
@@ -190,7 +200,16 @@ wait:
 			break wait
 		}
 		if produced && run.allArrived() {
-			break
+			// Arrived is not yet acknowledged: a batch whose answer was lost is
+			// published again after its backoff, and only then do its copies count.
+			settled, err := backlogSettled(ctx, d, "demo")
+			if err != nil {
+				failure = err
+				break
+			}
+			if settled {
+				break
+			}
 		}
 	}
 	elapsed := time.Since(start)
@@ -198,7 +217,7 @@ wait:
 	if err := <-dispatched; err != nil && failure == nil {
 		failure = err
 	}
-	sum := run.summary(elapsed)
+	sum := run.summary(elapsed, int64(jsDriver.Duplicates()))
 	if *asJSON {
 		out, _ := json.Marshal(sum)
 		fmt.Fprintln(e.stdout, string(out))
@@ -313,10 +332,13 @@ func (r *demoRun) progress(w io.Writer, elapsed time.Duration) {
 		r.produced.Load(), r.committed.Load(), arrived, float64(arrived)/elapsed.Seconds(), elapsed.Truncate(100*time.Millisecond))
 }
 
-func (r *demoRun) summary(elapsed time.Duration) demoSummary {
+// summary sums up the run. brokerDuplicates is how many copies the stream answered as
+// duplicates (and so never stored): they add to the repeats the consumer saw.
+func (r *demoRun) summary(elapsed time.Duration, brokerDuplicates int64) demoSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := demoSummary{Produced: r.produced.Load(), Committed: int64(len(r.committedAt)), RolledBack: int64(len(r.rolledBack)), Seconds: elapsed.Seconds()}
+	s := demoSummary{Produced: r.produced.Load(), Committed: int64(len(r.committedAt)), RolledBack: int64(len(r.rolledBack)),
+		Duplicates: brokerDuplicates, Seconds: elapsed.Seconds()}
 	var lat []time.Duration
 	for id, n := range r.received {
 		if r.rolledBack[id] {
@@ -363,16 +385,52 @@ Inspect the table:
 		s.MsgsPerSec, s.Seconds, s.LatencyP50Ms, s.LatencyP99Ms, dsn, demoTable.Schema+"."+demoTable.Table+"_stats")
 }
 
-// timedPublisher records when the broker confirmed each message.
-type timedPublisher struct {
-	next dispatch.Publisher
-	run  *demoRun
+// backlogSettled reports whether stream has no row left pending or leased: every
+// committed message was acknowledged, not only published.
+func backlogSettled(ctx context.Context, d *dispatcher, stream string) (bool, error) {
+	backlogs, err := d.store.Backlogs(ctx, []string{stream})
+	if err != nil {
+		return false, fmt.Errorf("demo: %w", err)
+	}
+	for _, b := range backlogs {
+		if b.Pending+b.Leased > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
+
+// timedPublisher records when the broker confirmed each message. With loseEvery > 0
+// it also loses the answer to every loseEvery-th batch it publishes, each message at
+// most once: the broker stored the messages, the dispatcher is told the publish failed
+// and publishes them again.
+type timedPublisher struct {
+	next      dispatch.Publisher
+	run       *demoRun
+	loseEvery int
+	batches   int             // published so far; Publish runs on the stream's workers
+	lost      map[string]bool // messages whose answer was lost once
+}
+
+// errAnswerLost is what a publish whose answer --lose-answer-every dropped reports.
+var errAnswerLost = errors.New("demo: the broker's answer was lost on purpose (--lose-answer-every)")
 
 func (t *timedPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
 	errs := t.next.Publish(ctx, msgs)
 	now := time.Now()
 	t.run.mu.Lock()
+	t.batches++
+	if t.loseEvery > 0 && t.batches%t.loseEvery == 0 {
+		if t.lost == nil {
+			t.lost = map[string]bool{}
+		}
+		for i, err := range errs {
+			if id := msgs[i].MessageID; err == nil && !t.lost[id] {
+				t.lost[id] = true
+				errs[i] = router.Retryable(errAnswerLost)
+			}
+		}
+	}
 	for i, err := range errs {
 		if _, seen := t.run.confirmedAt[msgs[i].MessageID]; err == nil && !seen {
 			t.run.confirmedAt[msgs[i].MessageID] = now

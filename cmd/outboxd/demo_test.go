@@ -39,4 +39,34 @@ func TestDemoRefusesNonsenseFlags(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "--messages must be at least 1") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	code, _, errOut = outboxd(t, nil, "demo", "--lose-answer-every", "-1")
+	if code != 2 || !strings.Contains(errOut, "--lose-answer-every at least 0") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}
+
+// TestDemoCountsTheCopiesTheDispatcherPublishedAgain loses the broker's answer to some
+// batches, so the dispatcher publishes them again: the stream's de-duplication keeps
+// one copy of each, and the demo must still count the copies sent, as the duplicates a
+// consumer without de-duplication would see.
+func TestDemoCountsTheCopiesTheDispatcherPublishedAgain(t *testing.T) {
+	t.Parallel()
+	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
+	code, out, errOut := outboxd(t, environ, "demo", "--messages", "1000", "--producers", "2", "--batch", "50",
+		"--rollback-every", "0", "--lose-answer-every", "2", "--json")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	var s demoSummary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("demo --json printed %q: %v", out, err)
+	}
+	if s.Committed != 1000 || s.Delivered != 1000 || s.Lost != 0 || s.Phantoms != 0 {
+		t.Fatalf("summary: %+v", s)
+	}
+	// Every second batch's answer was lost, each message's at most once: some hundreds
+	// of messages were published twice.
+	if s.Duplicates == 0 || s.Duplicates > s.Delivered {
+		t.Errorf("duplicates %d; want the copies published again after their answer was lost (between 1 and %d)", s.Duplicates, s.Delivered)
+	}
 }
