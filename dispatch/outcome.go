@@ -169,21 +169,31 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 	failReason := make(map[int64]string, len(o.fails))
 	steps := []struct {
 		n     int
-		write func(context.Context) (store.WriteResult, error)
+		write func(ctx context.Context, again bool) (store.WriteResult, error)
 		count *int
 	}{
-		{len(o.acks), func(wctx context.Context) (store.WriteResult, error) {
-			res, err := p.store.Ack(wctx, t, o.acks)
+		{len(o.acks), func(wctx context.Context, again bool) (store.WriteResult, error) {
+			ack := p.store.Ack
+			if again {
+				// The earlier try may have applied: its rows are ours, not conflicts.
+				ack = func(ctx context.Context, t store.Token, ids []int64) (store.AckResult, error) {
+					return p.store.AckAgain(ctx, t, p.cfg.Owner, ids)
+				}
+			}
+			res, err := ack(wctx, t, o.acks)
 			ev.DeliveryLags = res.Lags
+			res.Changed += res.Already // published and acknowledged, by the earlier try
 			return res.WriteResult, err
 		}, &ev.Published},
-		{len(o.fails), func(wctx context.Context) (store.WriteResult, error) {
+		{len(o.fails), func(wctx context.Context, _ bool) (store.WriteResult, error) {
 			res, err := p.store.Fail(wctx, t, o.fails)
 			failed = append(failed, res.Rows...)
 			return res.WriteResult, err
 		}, &ev.Failed},
-		{len(o.retries), func(wctx context.Context) (store.WriteResult, error) { return p.store.Retry(wctx, t, o.retries) }, &ev.Retried},
-		{len(o.defers), func(wctx context.Context) (store.WriteResult, error) {
+		{len(o.retries), func(wctx context.Context, _ bool) (store.WriteResult, error) {
+			return p.store.Retry(wctx, t, o.retries)
+		}, &ev.Retried},
+		{len(o.defers), func(wctx context.Context, _ bool) (store.WriteResult, error) {
 			res, err := p.store.Defer(wctx, t, o.defers, p.cfg.MaxDefer)
 			failed = append(failed, res.Expired...)
 			for _, r := range res.Expired {
@@ -199,8 +209,12 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 			}
 			return res.WriteResult, err
 		}, &ev.Deferred},
-		{len(o.releases), func(wctx context.Context) (store.WriteResult, error) { return p.store.Release(wctx, t, o.releases) }, &ev.Released},
-		{len(o.heldBack), func(wctx context.Context) (store.WriteResult, error) { return p.store.Release(wctx, t, o.heldBack) }, &ev.HeldBack},
+		{len(o.releases), func(wctx context.Context, _ bool) (store.WriteResult, error) {
+			return p.store.Release(wctx, t, o.releases)
+		}, &ev.Released},
+		{len(o.heldBack), func(wctx context.Context, _ bool) (store.WriteResult, error) {
+			return p.store.Release(wctx, t, o.heldBack)
+		}, &ev.HeldBack},
 	}
 	for _, s := range steps {
 		if s.n == 0 {
@@ -259,16 +273,18 @@ func (p *Pipeline) reportFailed(claim store.Claim, o outcomes, failed []store.Fa
 // that ctx's end kept from the database (the deadline passed before or during the try,
 // as when the process was paused) gets one more try on a deadline of its own derived
 // from base: a write-back must reach the database once for the lease check to judge it.
-func (p *Pipeline) retryWrite(base, ctx context.Context, write func(context.Context) (store.WriteResult, error)) (store.WriteResult, error) {
+// write is told again on every try after the first: a try that failed may still have
+// been applied (its answer lost), which the next one then finds done.
+func (p *Pipeline) retryWrite(base, ctx context.Context, write func(ctx context.Context, again bool) (store.WriteResult, error)) (store.WriteResult, error) {
 	for attempt := 1; ; attempt++ {
-		res, err := write(ctx)
+		res, err := write(ctx, attempt > 1)
 		if err == nil {
 			return res, nil
 		}
 		if ctx.Err() != nil {
 			last, cancel := context.WithTimeout(base, lastWriteTimeout)
 			defer cancel()
-			return write(last)
+			return write(last, true)
 		}
 		if attempt == 1 {
 			p.log.Warn("write-back failed; retrying", "err", err)

@@ -5,10 +5,10 @@ import "github.com/outboxd/outboxd/table"
 // statements holds every SQL text, rendered once for one table. Identifiers are
 // validated and quoted by package table; every value is a parameter.
 type statements struct {
-	claim, ack, release, retry, deferral, fail string
-	claimOrderedFirst, claimOrderedAfter       string
-	versionTableExists, schemaVersion          string
-	reclaim, purge, backlog                    string
+	claim, ack, ackAgain, release, retry, deferral, fail string
+	claimOrderedFirst, claimOrderedAfter                 string
+	versionTableExists, schemaVersion                    string
+	reclaim, purge, backlog                              string
 }
 
 func newStatements(n table.Name) statements {
@@ -18,6 +18,7 @@ func newStatements(n table.Name) statements {
 		claimOrderedFirst: render(renderOrderedClaim(">= $6", orderedClaimSQL), n),
 		claimOrderedAfter: render(renderOrderedClaim("> $6", orderedClaimSQL), n),
 		ack:               render(ackSQL, n),
+		ackAgain:          render(ackAgainSQL, n),
 		release:           render(releaseSQL, n),
 		retry:             render(retrySQL, n),
 		deferral:          render(deferSQL, n),
@@ -80,6 +81,29 @@ DELETE FROM {{table}} AS m
 USING unnest($1::bigint[]) AS w(id)
 WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
 RETURNING CASE WHEN isfinite(m.created_at) THEN (extract(epoch FROM now() - m.created_at) * 1000000)::bigint END`
+
+// ackAgainSQL: ackSQL sent again after a try whose answer never came, which the database
+// may have applied. The rows that try delivered are no longer leased, so the lease check
+// refuses them; they are told apart from rows another replica took over by what they
+// carry: delivered, claimed last by this owner ($3). A row taken over was claimed again
+// under the other replica's owner, or waits pending, or is leased under another token.
+// The scan of the table sees the rows as they were before the CTE's UPDATE (one
+// snapshot), so a row this statement itself delivers is counted once, as acknowledged.
+// Parameters: $1 ids, $2 token, $3 owner. Returns per row: the lag in µs as ackSQL
+// (acknowledged now), or already = true (delivered by the earlier try).
+const ackAgainSQL = `
+WITH acked AS (
+    UPDATE {{table}} AS m
+    SET status = 'delivered', published_at = now(), lease_token = NULL, lease_until = NULL,
+        deferred_since = NULL
+    FROM unnest($1::bigint[]) AS w(id)
+    WHERE m.id = w.id AND m.status = 'leased' AND m.lease_token = $2
+    RETURNING CASE WHEN isfinite(m.created_at) THEN (extract(epoch FROM now() - m.created_at) * 1000000)::bigint END AS lag_us
+)
+SELECT lag_us, false FROM acked
+UNION ALL
+SELECT NULL, true FROM {{table}} AS m
+WHERE m.id = ANY($1::bigint[]) AND m.status = 'delivered' AND m.owner = $3`
 
 // releaseSQL: hand rows back unchanged, claimable at once. Parameters: $1 ids, $2 token.
 const releaseSQL = `

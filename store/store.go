@@ -133,8 +133,11 @@ type Option func(*Store)
 // for deployments that keep no delivered rows (retention 0). It moves about half again
 // as many messages per second as the UPDATE, because nothing is left for retention to
 // delete later (docs/benchmarks.md).
+//
+// A deleted row keeps no trace of who acknowledged it, so AckAgain cannot tell this
+// replica's earlier try from another replica's acknowledgement: it acknowledges as Ack.
 func WithAckByDelete() Option {
-	return func(s *Store) { s.sql.ack = render(ackDeleteSQL, s.table) }
+	return func(s *Store) { s.sql.ack, s.sql.ackAgain = render(ackDeleteSQL, s.table), "" }
 }
 
 // Table is the outbox table this store works on.
@@ -213,6 +216,54 @@ func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (AckResult, e
 type AckResult struct {
 	WriteResult
 	Lags []time.Duration
+	// Already counts the rows AckAgain found delivered by an earlier try of the same
+	// acknowledgement; they are neither changed nor refused.
+	Already int
+}
+
+// AckAgain sends an acknowledgement again after a try whose answer never came (a
+// timeout, a connection lost while waiting), which the database may have applied. A
+// row that try delivered is no longer leased under token, so Ack would refuse it as if
+// the lease had moved on; AckAgain counts it in Already instead when the row is
+// delivered and was claimed last by owner, the replica presenting the token. Rows
+// another replica took over stay refused.
+//
+// Owner names a replica, not a claim: a row this replica itself claimed again after
+// its lease expired, and delivered, also counts as Already.
+func (s *Store) AckAgain(ctx context.Context, token Token, owner string, ids []int64) (AckResult, error) {
+	if s.sql.ackAgain == "" {
+		return s.Ack(ctx, token, ids)
+	}
+	if len(ids) == 0 {
+		return AckResult{}, nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql.ackAgain, ids, token, owner)
+	if err != nil {
+		return AckResult{}, fmt.Errorf("ack %d rows again in %s: %w", len(ids), s.table, err)
+	}
+	res := AckResult{Lags: make([]time.Duration, 0, len(ids))}
+	for rows.Next() {
+		var us *int64
+		var already bool
+		if err := rows.Scan(&us, &already); err != nil {
+			rows.Close()
+			return AckResult{}, fmt.Errorf("ack %d rows again in %s: %w", len(ids), s.table, err)
+		}
+		switch {
+		case already:
+			res.Already++
+		case us != nil:
+			res.Changed++
+			res.Lags = append(res.Lags, time.Duration(*us)*time.Microsecond)
+		default:
+			res.Changed++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return AckResult{}, fmt.Errorf("ack %d rows again in %s: %w", len(ids), s.table, err)
+	}
+	res.Refused = len(ids) - res.Changed - res.Already
+	return res, nil
 }
 
 // Release hands rows back untouched, claimable again at once: used at shutdown for rows

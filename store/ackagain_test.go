@@ -1,0 +1,54 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+)
+
+// TestAnAcknowledgementSentAgainTellsItsOwnEarlierWriteFromATakeOver sends an
+// acknowledgement again after its first try applied without an answer (finding F2,
+// docs/chaos.md): the rows that try delivered count as already done, and only rows
+// whose lease truly moved on are refused.
+func TestAnAcknowledgementSentAgainTellsItsOwnEarlierWriteFromATakeOver(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.insert(t, "orders", 6)
+	c := f.claim(t, "orders", 6) // owner replica-test
+	ids := c.IDs()
+
+	// The first try of the acknowledgement: applied, its answer lost.
+	if res, err := f.store.Ack(f.ctx, c.Token, ids[:2]); err != nil || res.Changed != 2 {
+		t.Fatalf("first try: %+v %v", res, err)
+	}
+	// Meanwhile rows 2-4 outlive their lease and are reclaimed; another replica claims
+	// and delivers rows 2 and 3, row 4 waits pending. Row 5 is still ours.
+	if _, err := f.pg.Pool.Exec(f.ctx, `UPDATE `+f.pg.Table.Qualified()+` SET lease_until = now() - interval '1 second'
+		WHERE id = ANY($1)`, ids[2:5]); err != nil {
+		t.Fatal(err)
+	}
+	if reclaimed, err := f.store.Reclaim(f.ctx, 100); err != nil || len(reclaimed) != 3 {
+		t.Fatalf("reclaim: %d rows, %v; want 3", len(reclaimed), err)
+	}
+	other, err := f.store.Claim(f.ctx, "orders", 2, "replica-other", time.Minute)
+	if err != nil || len(other.Messages) != 2 || other.IDs()[0] != ids[2] || other.IDs()[1] != ids[3] {
+		t.Fatalf("the other replica claimed %v (%v); want rows %v", other.IDs(), err, ids[2:4])
+	}
+	if res, err := f.store.Ack(f.ctx, other.Token, other.IDs()); err != nil || res.Changed != 2 {
+		t.Fatalf("the other replica's ack: %+v %v", res, err)
+	}
+
+	res, err := f.store.AckAgain(f.ctx, c.Token, "replica-test", ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed != 1 || res.Already != 2 || res.Refused != 3 || len(res.Lags) != 1 {
+		t.Errorf("ack again: changed %d, already %d, refused %d, %d lags; want 1 acknowledged now (row 5), "+
+			"2 delivered by the first try, 3 refused (two taken over, one reclaimed), 1 lag", res.Changed, res.Already, res.Refused, len(res.Lags))
+	}
+	if r := f.row(t, ids[5]); r.Status != "delivered" {
+		t.Errorf("row still leased under the token: %+v, want delivered", r)
+	}
+	if r := f.row(t, ids[4]); r.Status != "pending" {
+		t.Errorf("reclaimed row: %+v, want it left pending", r)
+	}
+}
