@@ -51,6 +51,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 # shellcheck source=scripts/ensure-postgres.sh
 . scripts/ensure-postgres.sh
+outboxd_pg_ensure_private_binaries chaos.sh || exit 1 # the scenarios' own servers
 
 echo "== go build -o bin/outboxd ./cmd/outboxd" >&2
 mkdir -p bin .tmp

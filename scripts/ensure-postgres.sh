@@ -289,6 +289,37 @@ outboxd_pg_stop() {
 	return 0
 }
 
+# outboxd_pg_ensure_private_binaries WHO: makes sure a test may start a PostgreSQL server of
+# its own (internal/testenv/private.go; the chaos suite's postgres-restarted scenario stops and
+# starts one, never the shared server): the server binaries (initdb, pg_ctl, postgres), even
+# where the shared server answers from elsewhere (a CI service container), and as root the
+# postgres user to run them as. Installs the postgresql package only when they are missing,
+# as root with apt-get, its packaged service kept from starting; otherwise fails saying the
+# command to run. WHO prefixes the messages.
+outboxd_pg_ensure_private_binaries() {
+	local who=${1:-ensure-postgres} policy=/usr/sbin/policy-rc.d created_policy='' status=0
+	if ! _outboxd_pg_find_server >/dev/null; then
+		if (( EUID != 0 )) || ! command -v apt-get >/dev/null 2>&1; then
+			printf '%s: tests start PostgreSQL servers of their own and need initdb, pg_ctl and postgres: sudo apt-get install -y --no-install-recommends postgresql (or set OUTBOXD_PG_BINDIR)\n' "$who" >&2
+			return 1
+		fi
+		printf '%s: no PostgreSQL server binaries for the tests'"'"' own servers; installing the postgresql package (apt-get), service not started\n' "$who" >&2
+		if [[ ! -e $policy ]]; then
+			printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && created_policy=1
+		fi
+		_outboxd_pg_install || status=1
+		if [[ -n $created_policy ]]; then rm -f "$policy"; fi
+		if (( status != 0 )) || ! _outboxd_pg_find_server >/dev/null; then
+			printf '%s: installing postgresql gave no initdb, pg_ctl and postgres\n' "$who" >&2
+			return 1
+		fi
+	fi
+	if (( EUID == 0 )) && ! _outboxd_pg_ensure_os_user; then
+		printf '%s: could not create the postgres user the tests'"'"' own servers run as\n' "$who" >&2
+		return 1
+	fi
+}
+
 # _outboxd_pg_main: steps a-d; sets and exports OUTBOXD_TEST_DATABASE_URL.
 _outboxd_pg_main() {
 	local bindir probe=${OUTBOXD_PG_PROBE_PORT:-5432} local_dsn installed=''

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh: outboxd's full check, what `make test` and CI run:
 #   PostgreSQL ensured (scripts/ensure-postgres.sh; a throwaway server it starts is stopped
-#   on exit) · gofmt -l over the repository's .go files (tracked, plus untracked ones not
-#   ignored) must print nothing · go vet ./... · go test -race -count=1 -timeout 20m ./...
+#   on exit), with the server binaries the chaos suite's private servers need · gofmt -l over
+#   the repository's .go files (tracked, plus untracked ones not ignored) must print nothing ·
+#   go vet ./... · go test -race -count=1 -timeout 20m ./...
 # Extra arguments go to go test; PKGS (default ./...) picks the packages:
 #   scripts/test.sh -run TestX -v        PKGS=./store/ scripts/test.sh -run TestClaim
 set -euo pipefail
@@ -48,6 +49,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 # shellcheck source=scripts/ensure-postgres.sh
 . scripts/ensure-postgres.sh
+
+# The chaos suite's private servers (postgres-restarted restarts one) need the server binaries
+# here even when the shared server answers from elsewhere: installed when missing, or exit.
+outboxd_pg_ensure_private_binaries test.sh || exit 1
 
 echo "== gofmt" >&2
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then

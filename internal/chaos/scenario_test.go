@@ -314,7 +314,7 @@ func TestChaos(t *testing.T) {
 				defer func() {
 					o.Failed = t.Failed()
 					if t.Skipped() {
-						o.Skipped = skipReason(t)
+						o.Skipped = "skipped"
 					}
 					res.add(o)
 				}()
@@ -329,31 +329,6 @@ func TestChaos(t *testing.T) {
 			t.Errorf("write %s: %v", path, err)
 		}
 	}
-}
-
-// skipReason is the reason a scenario gave for skipping (kept by skipf).
-func skipReason(t *testing.T) string {
-	skipMu.Lock()
-	defer skipMu.Unlock()
-	if r, ok := skipReasons[t.Name()]; ok {
-		return r
-	}
-	return "skipped"
-}
-
-var (
-	skipMu      sync.Mutex
-	skipReasons = map[string]string{}
-)
-
-// skipf skips t and remembers why, for the table.
-func skipf(t *testing.T, format string, args ...any) {
-	t.Helper()
-	reason := fmt.Sprintf(format, args...)
-	skipMu.Lock()
-	skipReasons[t.Name()] = reason
-	skipMu.Unlock()
-	t.Skip(reason)
 }
 
 // TestEveryScenarioIsDocumented keeps docs/chaos.md's scenario table and the suite in step.
