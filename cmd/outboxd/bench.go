@@ -136,7 +136,7 @@ func parseBenchFlags(e env) (benchOptions, error) {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("bench: unexpected argument %q", fs.Arg(0))}
+		return o, usageError{msg: fmt.Sprintf("bench: unexpected argument %q", fs.Arg(0))}
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -168,25 +168,25 @@ func parseBenchFlags(e env) (benchOptions, error) {
 	}
 	switch {
 	case *messages < 1 || *keys < 1 || *streams < 1 || *idle < 1 || *rate < 1:
-		return o, usageError{"bench: --messages, --keys, --streams, --idle-samples and --rate must be at least 1"}
+		return o, usageError{msg: "bench: --messages, --keys, --streams, --idle-samples and --rate must be at least 1"}
 	case *payload < 0:
-		return o, usageError{"bench: --payload must not be negative"}
+		return o, usageError{msg: "bench: --payload must not be negative"}
 	case *retained < 0:
-		return o, usageError{"bench: --retained must not be negative"}
+		return o, usageError{msg: "bench: --retained must not be negative"}
 	case *latencyFor < 100*time.Millisecond || o.timeout <= 0:
-		return o, usageError{"bench: --latency-duration must be at least 100ms and --timeout positive"}
+		return o, usageError{msg: "bench: --latency-duration must be at least 100ms and --timeout positive"}
 	case *streams > 100:
-		return o, usageError{"bench: --streams must be at most 100"}
+		return o, usageError{msg: "bench: --streams must be at most 100"}
 	case *ack != benchAckUpdate && *ack != benchAckDelete:
-		return o, usageError{fmt.Sprintf("bench: --ack: unknown write-back %q; want %s or %s", *ack, benchAckUpdate, benchAckDelete)}
+		return o, usageError{msg: fmt.Sprintf("bench: --ack: unknown write-back %q; want %s or %s", *ack, benchAckUpdate, benchAckDelete)}
 	case *ack == benchAckDelete && *retained > 0:
-		return o, usageError{"bench: --retained keeps delivered rows, which --ack delete (janitor.retention 0) does not: its janitor would purge them"}
+		return o, usageError{msg: "bench: --retained keeps delivered rows, which --ack delete (janitor.retention 0) does not: its janitor would purge them"}
 	}
 	seen := map[string]bool{}
 	for _, d := range strings.Split(*drivers, ",") {
 		d = strings.TrimSpace(d)
 		if !slices.Contains(benchDrivers, d) {
-			return o, usageError{fmt.Sprintf("bench: --drivers: unknown driver %q; want some of %s", d, strings.Join(benchDrivers, ", "))}
+			return o, usageError{msg: fmt.Sprintf("bench: --drivers: unknown driver %q; want some of %s", d, strings.Join(benchDrivers, ", "))}
 		}
 		seen[d] = true
 	}

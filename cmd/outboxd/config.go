@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/outboxd/outboxd/config"
 )
@@ -23,16 +25,27 @@ func newFlags(name string, out io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses args into fs. The flag package's own printing is silenced: a mistake
+// becomes one line and a hint (run), and -h or --help this verb's help on stdout.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return helpRequested{verb: strings.Fields(fs.Name())[0], flags: fs}
+	}
+	if err != nil {
+		return usageError{msg: fs.Name() + ": " + err.Error()}
 	}
 	return nil
 }
 
 func configCmd(ctx context.Context, e env) error {
+	if len(e.args) > 0 && isHelpFlag(e.args[0]) {
+		return helpRequested{verb: "config", flags: newFlags("config", e.stderr)}
+	}
 	if len(e.args) == 0 || e.args[0] != "check" {
-		return usageError{"config: want the subcommand check"}
+		return usageError{msg: "config: want the subcommand check"}
 	}
 	fs := newFlags("config check", e.stderr)
 	connect := fs.Bool("connect", false, "also dial the database and every driver and check each stream's destination")
@@ -40,7 +53,7 @@ func configCmd(ctx context.Context, e env) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("config check: unexpected argument %q", fs.Arg(0))}
+		return usageError{msg: fmt.Sprintf("config check: unexpected argument %q", fs.Arg(0))}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {

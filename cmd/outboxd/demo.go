@@ -64,9 +64,9 @@ func demoCmd(ctx context.Context, e env) error {
 	}
 	switch {
 	case *messages < 1:
-		return usageError{"demo: --messages must be at least 1"}
+		return usageError{msg: "demo: --messages must be at least 1"}
 	case *producers < 1 || *perTx < 1 || *rollbackEvery < 0 || *loseEvery < 0:
-		return usageError{"demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0"}
+		return usageError{msg: "demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0"}
 	}
 
 	cfg := config.Default()

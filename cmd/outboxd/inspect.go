@@ -121,7 +121,7 @@ func messagesCmd(ctx context.Context, e env) error {
 	}
 	f, err := q.Filter(time.Now())
 	if err != nil {
-		return usageError{"messages: " + err.Error()}
+		return usageError{msg: "messages: " + err.Error()}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
@@ -190,13 +190,13 @@ func requeueCmd(ctx context.Context, e env) error {
 	if *idList != "" {
 		ids, err := parseIDList(*idList)
 		if err != nil {
-			return usageError{"requeue: --ids: " + err.Error()}
+			return usageError{msg: "requeue: --ids: " + err.Error()}
 		}
 		req.IDs = ids
 	}
 	plan, err := req.Plan(time.Now())
 	if err != nil {
-		return usageError{"requeue: " + err.Error() + " (flags: --ids, or --stream with --since, --until and --limit N or --all)"}
+		return usageError{msg: "requeue: " + err.Error() + " (flags: --ids, or --stream with --since, --until and --limit N or --all)"}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
@@ -302,7 +302,7 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+		return usageError{msg: fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
 	}
 	return nil
 }

@@ -11,14 +11,19 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// usageError marks a mistake on the command line; it exits with status 2.
-type usageError struct{ msg string }
+// usageError marks a mistake on the command line; it exits with status 2 after one line
+// and a hint naming the help of the verb it concerns (verb is filled in by runCommand).
+type usageError struct {
+	msg  string
+	verb string
+}
 
 func (e usageError) Error() string { return e.msg }
 
@@ -53,6 +58,7 @@ Commands:
                              --connect also dials the database and every driver and says,
                              per stream, whether its destination exists
   version                    print the build version
+  help [command]             print this, or one command's usage (also: <command> --help)
 
 Every command reads OUTBOXD_* environment variables and, with --config FILE or
 OUTBOXD_CONFIG, a YAML file; see docs/configuration.md.
@@ -78,13 +84,21 @@ func main() {
 func run(ctx context.Context, e env) int {
 	err := runCommand(ctx, e)
 	var ue usageError
+	var help helpRequested
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errReported):
 		return 1
+	case errors.As(err, &help):
+		if help.verb == "" {
+			fmt.Fprint(e.stdout, usage)
+		} else {
+			printHelp(e.stdout, help)
+		}
+		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "outboxd: %v\n\n%s", err, usage)
+		fmt.Fprintf(e.stderr, "outboxd: %s\n%s\n", strings.ReplaceAll(ue.msg, "\n", " "), usageHint(ue.verb))
 		return 2
 	default:
 		fmt.Fprintf(e.stderr, "outboxd: %v\n", err)
@@ -92,40 +106,64 @@ func run(ctx context.Context, e env) int {
 	}
 }
 
+// commands maps each verb to its implementation. Every verb answers -h and --help
+// before doing anything else (TestEveryVerbAnswersHelp holds them to it).
+var commands map[string]func(context.Context, env) error
+
+func init() {
+	commands = map[string]func(context.Context, env) error{
+		"run":      runCmd,
+		"demo":     demoCmd,
+		"stats":    statsCmd,
+		"messages": messagesCmd,
+		"requeue":  requeueCmd,
+		"skip":     skipCmd,
+		"bench":    benchCmd,
+		"migrate":  migrateCmd,
+		"config":   configCmd,
+		"version":  versionCmd,
+		"help": func(ctx context.Context, e env) error {
+			return helpCmd(e, func(e env) error { return runCommand(ctx, e) })
+		},
+	}
+}
+
 func runCommand(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
-		return usageError{"no command given"}
+		return usageError{msg: "no command given"}
 	}
-	cmd, rest := e.args[0], e.args[1:]
+	verb, rest := e.args[0], e.args[1:]
 	e.args = rest
-	switch cmd {
-	case "run":
-		return runCmd(ctx, e)
-	case "demo":
-		return demoCmd(ctx, e)
-	case "stats":
-		return statsCmd(ctx, e)
-	case "messages":
-		return messagesCmd(ctx, e)
-	case "requeue":
-		return requeueCmd(ctx, e)
-	case "skip":
-		return skipCmd(ctx, e)
-	case "bench":
-		return benchCmd(ctx, e)
-	case "migrate":
-		return migrateCmd(ctx, e)
-	case "config":
-		return configCmd(ctx, e)
-	case "version", "--version":
-		fmt.Fprintf(e.stdout, "outboxd %s (%s)\n", version, goVersion())
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(e.stdout, usage)
-		return nil
-	default:
-		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	switch {
+	case isHelpFlag(verb):
+		return helpRequested{verb: ""}
+	case verb == "--version":
+		verb = "version"
 	}
+	cmd, ok := commands[verb]
+	if !ok {
+		return usageError{msg: fmt.Sprintf("unknown command %q", verb)}
+	}
+	err := cmd(ctx, e)
+	var ue usageError
+	if errors.As(err, &ue) && ue.verb == "" {
+		ue.verb = verb
+		return ue
+	}
+	return err
+}
+
+func versionCmd(_ context.Context, e env) error {
+	for _, a := range e.args {
+		if isHelpFlag(a) {
+			return helpRequested{verb: "version"}
+		}
+	}
+	if len(e.args) > 0 {
+		return usageError{msg: fmt.Sprintf("version: unexpected argument %q", e.args[0])}
+	}
+	fmt.Fprintf(e.stdout, "outboxd %s (%s)\n", version, goVersion())
+	return nil
 }
 
 func goVersion() string {

@@ -11,9 +11,14 @@ import (
 
 func migrateCmd(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
-		return usageError{"migrate: want one of up, down, version, sql"}
+		return usageError{msg: "migrate: want one of up, down, version, sql"}
 	}
 	sub := e.args[0]
+	if isHelpFlag(sub) {
+		fs := newFlags("migrate", e.stderr)
+		fs.Bool("all", false, "with down: revert every migration (drops the outbox table and its rows)")
+		return helpRequested{verb: "migrate", flags: fs}
+	}
 	fs := newFlags("migrate "+sub, e.stderr)
 	all := false
 	if sub == "down" {
@@ -34,11 +39,11 @@ func migrateCmd(ctx context.Context, e env) error {
 
 	if sub == "sql" {
 		if fs.NArg() != 1 {
-			return usageError{"migrate sql: want the direction, up or down"}
+			return usageError{msg: "migrate sql: want the direction, up or down"}
 		}
 		script, err := layout.Script(n, fs.Arg(0))
 		if err != nil {
-			return usageError{"migrate sql: " + err.Error()}
+			return usageError{msg: "migrate sql: " + err.Error()}
 		}
 		fmt.Fprint(e.stdout, script)
 		return nil
@@ -48,7 +53,7 @@ func migrateCmd(ctx context.Context, e env) error {
 	switch sub {
 	case "up", "version":
 		if fs.NArg() > 0 {
-			return usageError{fmt.Sprintf("migrate %s: unexpected argument %q", sub, fs.Arg(0))}
+			return usageError{msg: fmt.Sprintf("migrate %s: unexpected argument %q", sub, fs.Arg(0))}
 		}
 	case "down":
 		switch {
@@ -56,13 +61,13 @@ func migrateCmd(ctx context.Context, e env) error {
 		case !all && fs.NArg() == 1:
 			steps, err = strconv.Atoi(fs.Arg(0))
 			if err != nil || steps < 1 {
-				return usageError{fmt.Sprintf("migrate down: want a positive number of steps, got %q", fs.Arg(0))}
+				return usageError{msg: fmt.Sprintf("migrate down: want a positive number of steps, got %q", fs.Arg(0))}
 			}
 		default:
-			return usageError{"migrate down: want a number of steps or --all"}
+			return usageError{msg: "migrate down: want a number of steps or --all"}
 		}
 	default:
-		return usageError{fmt.Sprintf("migrate: unknown subcommand %q", sub)}
+		return usageError{msg: fmt.Sprintf("migrate: unknown subcommand %q", sub)}
 	}
 
 	m, err := layout.Open(ctx, cfg.DatabaseURL, n)

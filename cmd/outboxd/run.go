@@ -25,7 +25,7 @@ func runCmd(ctx context.Context, e env) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("run: unexpected argument %q", fs.Arg(0))}
+		return usageError{msg: fmt.Sprintf("run: unexpected argument %q", fs.Arg(0))}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {

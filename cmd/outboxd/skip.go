@@ -47,20 +47,20 @@ func skipCmd(ctx context.Context, e env) error {
 	req := admin.SkipRequest{Stream: *stream}
 	switch {
 	case len(ids) > 0 && (*stream != "" || keyGiven):
-		return usageError{"skip: give either --id or --stream and --key, not both"}
+		return usageError{msg: "skip: give either --id or --stream and --key, not both"}
 	case len(ids) > 0:
 		req.IDs = ids
 	case *stream == "" && !keyGiven:
-		return usageError{"skip: name what to skip: --id N [--id M …], or --stream S --key K for the head of key K"}
+		return usageError{msg: "skip: name what to skip: --id N [--id M …], or --stream S --key K for the head of key K"}
 	case *stream == "":
-		return usageError{"skip: --key needs --stream: a key is named within its stream"}
+		return usageError{msg: "skip: --key needs --stream: a key is named within its stream"}
 	case !keyGiven:
-		return usageError{"skip: --stream needs --key: name the key whose head to skip"}
+		return usageError{msg: "skip: --stream needs --key: name the key whose head to skip"}
 	default:
 		req.Key = key
 	}
 	if err := req.Check(); err != nil {
-		return usageError{"skip: " + err.Error()}
+		return usageError{msg: "skip: " + err.Error()}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
