@@ -83,6 +83,7 @@ func (l Layout) sqlFiles() (fs.FS, []string, error) {
 var (
 	defaultNames  = regexp.MustCompile(`'outbox\.messages'|\bSCHEMA IF NOT EXISTS outbox\b|\boutbox\.messages(_[a-z0-9_]+)?\b|\bmessages(_[a-z0-9_]+)\b`)
 	versionPrefix = regexp.MustCompile(`^(\d+)_[a-z0-9_]+\.(up|down)\.sql$`)
+	versionName   = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
 )
 
 // Render returns the plain layout's migration files with the default names replaced by n's.
@@ -162,6 +163,56 @@ func (l Layout) Versions() ([]uint, error) {
 	}
 	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
 	return versions, nil
+}
+
+// Migration names one migration: its version and the name its files carry.
+type Migration struct {
+	Version uint
+	Name    string
+}
+
+func (m Migration) String() string { return fmt.Sprintf("%04d_%s", m.Version, m.Name) }
+
+// Migrations lists the layout's migrations in ascending version order.
+func (l Layout) Migrations() ([]Migration, error) {
+	_, names, err := l.sqlFiles()
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[uint]string{}
+	for _, name := range names {
+		m := versionName.FindStringSubmatch(name)
+		if m == nil {
+			return nil, fmt.Errorf("migration file %s does not follow <version>_<name>.(up|down).sql", name)
+		}
+		v, err := strconv.ParseUint(m[1], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("migration file %s: %w", name, err)
+		}
+		byVersion[uint(v)] = m[2]
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for v, name := range byVersion {
+		out = append(out, Migration{Version: v, Name: name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Between lists the layout's migrations with from < version <= to: those an up from
+// version from to version to applied, or, with to = Latest(), those still pending.
+func (l Layout) Between(from, to uint) ([]Migration, error) {
+	all, err := l.Migrations()
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, m := range all {
+		if m.Version > from && m.Version <= to {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // Script returns the plain layout's rendered SQL of every migration in one direction.

@@ -59,9 +59,11 @@ undelivered message) of a key.
 	"migrate": `Usage: outboxd migrate <subcommand> [--config FILE]
 
 Subcommands:
-  up                 apply every pending schema migration
+  up                 apply every pending schema migration, naming each one applied
   down (N | --all)   revert N migrations, or all of them
   version            print the applied and the expected schema version
+  status             print the version, whether it is dirty, the layout and the
+                     pending migrations
   sql (up | down)    print the migrations as SQL for psql, with your names
 `,
 	"config": `Usage: outboxd config check [--config FILE]

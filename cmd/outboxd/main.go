@@ -53,6 +53,7 @@ Commands:
   migrate up                 apply every pending schema migration
   migrate down (N | --all)   revert N migrations, or all of them
   migrate version            print the applied and the expected schema version
+  migrate status             the version, dirty or not, the layout, pending migrations
   migrate sql (up | down)    print the migrations as SQL for psql, with your names
   config check [--connect]   validate the configuration and print it, secrets redacted;
                              --connect also dials the database and every driver and says,

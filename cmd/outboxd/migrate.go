@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/outboxd/outboxd/migrations"
 )
 
 func migrateCmd(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
-		return usageError{msg: "migrate: want one of up, down, version, sql"}
+		return usageError{msg: "migrate: want one of up, down, version, status, sql"}
 	}
 	sub := e.args[0]
 	if isHelpFlag(sub) {
@@ -51,7 +52,7 @@ func migrateCmd(ctx context.Context, e env) error {
 
 	steps := 0
 	switch sub {
-	case "up", "version":
+	case "up", "version", "status":
 		if fs.NArg() > 0 {
 			return usageError{msg: fmt.Sprintf("migrate %s: unexpected argument %q", sub, fs.Arg(0))}
 		}
@@ -75,16 +76,26 @@ func migrateCmd(ctx context.Context, e env) error {
 		return err
 	}
 	defer m.Close()
+	before, _, err := m.Version()
+	if err != nil {
+		return err
+	}
 	switch sub {
 	case "up":
 		err = m.Up()
 	case "down":
 		err = m.Down(steps)
 	}
-	if err != nil {
-		return err
+	// What was applied is reported even when a later migration failed.
+	v, dirty, verr := m.Version()
+	if verr != nil {
+		return errors.Join(err, verr)
 	}
-	v, dirty, err := m.Version()
+	if sub == "up" {
+		if reportErr := reportApplied(e, n.String(), layout, before, v); reportErr != nil {
+			return errors.Join(err, reportErr)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -92,7 +103,48 @@ func migrateCmd(ctx context.Context, e env) error {
 	if dirty {
 		state = "dirty: a migration failed half-way; fix the schema by hand, then force the version with the migrate CLI"
 	}
+	if sub == "status" {
+		return printStatus(e, n.String(), layout, v, state, dirty)
+	}
 	fmt.Fprintf(e.stdout, "%s: schema version %d of %d (%s)\n", n, v, migrations.Latest(), state)
+	if dirty {
+		return errors.New("migration state is dirty")
+	}
+	return nil
+}
+
+// reportApplied says which migrations an up applied, or that none was pending.
+func reportApplied(e env, table string, layout migrations.Layout, before, after uint) error {
+	applied, err := layout.Between(before, after)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(e.stdout, "%s: no migration pending\n", table)
+		return nil
+	}
+	for _, m := range applied {
+		fmt.Fprintf(e.stdout, "%s: applied %s\n", table, m)
+	}
+	return nil
+}
+
+// printStatus is `migrate status`: where the schema is and what an up would apply.
+func printStatus(e env, table string, layout migrations.Layout, v uint, state string, dirty bool) error {
+	pending, err := layout.Between(v, migrations.Latest())
+	if err != nil {
+		return err
+	}
+	names := "none"
+	if len(pending) > 0 {
+		list := make([]string, len(pending))
+		for i, m := range pending {
+			list[i] = m.String()
+		}
+		names = strings.Join(list, ", ")
+	}
+	fmt.Fprintf(e.stdout, "table:   %s\nlayout:  %s (janitor.partitions.enabled)\nversion: %d of %d (%s)\npending: %s\n",
+		table, layout, v, migrations.Latest(), state, names)
 	if dirty {
 		return errors.New("migration state is dirty")
 	}
