@@ -87,6 +87,13 @@ func (mg *Migrator) Up() error {
 	if err := mg.checkLayout("up"); err != nil {
 		return err
 	}
+	if v, _, err := mg.Version(); err == nil && v == 0 {
+		// Applying 0001 to a table the migrate CLI created would fail half-way with
+		// "already exists"; say what happened instead.
+		if err := unrecorded(context.Background(), mg.db, mg.table); err != nil {
+			return fmt.Errorf("migrate up: %w", err)
+		}
+	}
 	if err := mg.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}

@@ -111,7 +111,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
-	if err := checkSchema(ctx, d.store); err != nil {
+	if err := checkSchema(ctx, d.store, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
 	if cfg.Janitor.Partitions.Enabled {
@@ -256,12 +256,17 @@ func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver
 }
 
 // checkSchema refuses to start on a schema this build does not expect, naming the fix.
-func checkSchema(ctx context.Context, st *store.Store) error {
+func checkSchema(ctx context.Context, st *store.Store, dsn string) error {
 	v, dirty, err := st.SchemaVersion(ctx)
 	if err != nil {
 		return err
 	}
 	want := migrations.Latest()
+	if v == 0 && !dirty {
+		if err := migrations.Unrecorded(ctx, dsn, st.Table()); err != nil {
+			return err
+		}
+	}
 	switch {
 	case dirty:
 		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way); repair it before starting", st.Table(), v)

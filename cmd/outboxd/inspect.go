@@ -288,7 +288,7 @@ func openInspectStore(ctx context.Context, cfg *config.Config) (*store.Store, fu
 	}
 	st, err := store.New(pool, cfg.Table())
 	if err == nil {
-		err = checkSchema(ctx, st)
+		err = checkSchema(ctx, st, cfg.DatabaseURL)
 	}
 	if err != nil {
 		pool.Close()

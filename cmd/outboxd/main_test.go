@@ -13,7 +13,18 @@ import (
 	"github.com/outboxd/outboxd/migrations"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(runThenClean{m}) }
+
+// runThenClean removes what tests of this package built once for all of them.
+type runThenClean struct{ m *testing.M }
+
+func (r runThenClean) Run() int {
+	code := r.m.Run()
+	if migrateCLIDir != "" {
+		_ = os.RemoveAll(migrateCLIDir)
+	}
+	return code
+}
 
 // outboxd runs one command in-process and returns its exit status and output.
 func outboxd(t *testing.T, environ []string, args ...string) (code int, stdout, stderr string) {

@@ -103,6 +103,13 @@ func migrateCmd(ctx context.Context, e env) error {
 	if dirty {
 		state = "dirty: a migration failed half-way; fix the schema by hand, then force the version with the migrate CLI"
 	}
+	if v == 0 && sub != "down" {
+		// A table the migrate CLI created without recording its version where we read it
+		// (up has already refused it with the same sentence).
+		if err := migrations.Unrecorded(ctx, cfg.DatabaseURL, n); err != nil {
+			return err
+		}
+	}
 	if sub == "status" {
 		return printStatus(e, n.String(), layout, v, state, dirty)
 	}
