@@ -14,7 +14,15 @@ import (
 	"github.com/outboxd/outboxd/table"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(runThenDrop{m}) }
+
+// runThenDrop drops the examples' database once every test and example has run.
+type runThenDrop struct{ m *testing.M }
+
+func (r runThenDrop) Run() int {
+	defer dropExampleDatabase()
+	return r.m.Run()
+}
 
 // env is one test's outbox table, reachable through pgx and database/sql, and a Writer for it.
 type env struct {
