@@ -43,6 +43,7 @@ const FileEnv = "OUTBOXD_CONFIG"
 // Config is the complete set of settings.
 type Config struct {
 	DatabaseURL string            `yaml:"database_url" redact:"dsn"`
+	Database    Database          `yaml:"database"`
 	Schema      string            `yaml:"schema"`
 	TableName   string            `yaml:"table"` // Table() returns it with Schema
 	ReplicaID   string            `yaml:"replica_id"`
@@ -52,6 +53,13 @@ type Config struct {
 	Janitor     Janitor           `yaml:"janitor"`
 	HTTP        HTTP              `yaml:"http"`
 	Tracing     Tracing           `yaml:"tracing"`
+}
+
+// Database configures how outboxd run reaches PostgreSQL (database_url says where).
+type Database struct {
+	// ConnectTimeout bounds how long run waits at start for PostgreSQL to answer; 0 waits
+	// forever, so a replica started before its database comes up on its own.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 }
 
 // Log configures the process logger.

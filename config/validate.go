@@ -30,6 +30,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	v.replicaID("replica_id", c.ReplicaID)
+	if c.Database.ConnectTimeout < 0 {
+		v.add("database.connect_timeout", "must not be negative (0 waits for the database forever), got %s",
+			formatDuration(c.Database.ConnectTimeout))
+	}
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "json", "text")
 	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {

@@ -97,6 +97,7 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"A zero janitor interval is a problem.", func(c *Config) { c.Janitor.Interval = 0 }, "janitor.interval", "positive"},
 		{"A reclaim batch over 100000 is a problem.", func(c *Config) { c.Janitor.ReclaimBatch = 100001 }, "janitor.reclaim_batch", "between 1 and 100000"},
 		{"A negative retention is a problem.", func(c *Config) { c.Janitor.Retention = -time.Second }, "janitor.retention", "must not be negative"},
+		{"A negative connect timeout is a problem.", func(c *Config) { c.Database.ConnectTimeout = -time.Second }, "database.connect_timeout", "must not be negative"},
 		{"A zero purge batch is a problem.", func(c *Config) { c.Janitor.PurgeBatch = 0 }, "janitor.purge_batch", "between 1 and 100000"},
 		{"A partition interval under 1h is a problem.", func(c *Config) { c.Janitor.Partitions.Interval = 59 * time.Minute }, "janitor.partitions.interval", "at least 1h, got 59m"},
 		{"Partitions 366 ahead are a problem.", func(c *Config) { c.Janitor.Partitions.Ahead = 366 }, "janitor.partitions.ahead", "between 1 and 365"},

@@ -7,16 +7,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
 )
 
-// adminServer serves the admin endpoints of a running dispatcher.
+// adminServer serves the admin endpoints of a running dispatcher. It listens before the
+// dispatcher exists (listen), answering not ready while run waits for the database, and
+// switches to the full endpoints once the dispatcher is built (serve).
 type adminServer struct {
 	breakers *admin.BreakerBoard
+	current  atomic.Pointer[http.Handler] // what the listener serves now
+	reason   atomic.Pointer[string]       // why /readyz says no while waiting
 }
+
+// notReady records why the replica is not ready yet, for /readyz while waiting.
+func (a *adminServer) notReady(why string) { a.reason.Store(&why) }
 
 // subscribe puts the breaker board on the bus; it must run before anything emits.
 func (a *adminServer) subscribe(streams []string) func(bus *events.Bus) {
@@ -32,11 +40,38 @@ func isLoopback(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// start serves on http.addr ("" disables it) until the returned stop is called. It
-// listens before returning, so a bad or busy address fails the start.
-func (a *adminServer) start(cfg *config.Config, d *dispatcher, metrics http.Handler, logger *slog.Logger) (stop func() error, err error) {
+// listen serves on http.addr ("" disables it) until the returned stop is called: first
+// the waiting endpoints, then, after serve, the full ones. It listens before returning,
+// so a bad or busy address fails the start.
+func (a *adminServer) listen(cfg *config.Config, metrics http.Handler, logger *slog.Logger) (stop func() error, err error) {
 	if cfg.HTTP.Addr == "" {
 		return func() error { return nil }, nil
+	}
+	waiting := waitingHandler(metrics, &a.reason)
+	a.current.Store(&waiting)
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.addr: listen on %s: %w", cfg.HTTP.Addr, err)
+	}
+	logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "requeue_enabled", cfg.HTTP.AdminToken != "",
+		"reads_need_token", cfg.HTTP.AdminToken != "" || cfg.HTTP.ReadToken != "")
+	if cfg.HTTP.AdminToken == "" && cfg.HTTP.ReadToken == "" && !isLoopback(ln.Addr()) {
+		// Reads stay open without a token, for the loopback default; on another
+		// address they show keys, topics and errors to whoever reaches it.
+		logger.Warn("the admin API's reads are open to anyone who reaches http.addr: set http.read_token "+
+			"(or http.admin_token) to require a token, or listen on 127.0.0.1", "addr", ln.Addr().String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*a.current.Load()).ServeHTTP(w, r) })
+	go func() { served <- admin.ServeListener(ctx, ln, h) }()
+	return func() error { cancel(); return <-served }, nil
+}
+
+// serve switches the listener to the full admin endpoints of d.
+func (a *adminServer) serve(cfg *config.Config, d *dispatcher, metrics http.Handler, logger *slog.Logger) {
+	if cfg.HTTP.Addr == "" {
+		return
 	}
 	streams, drivers := admin.Describe(cfg)
 	var breakers func() map[string]string
@@ -54,20 +89,5 @@ func (a *adminServer) start(cfg *config.Config, d *dispatcher, metrics http.Hand
 		}}},
 		Metrics: metrics, Breakers: breakers, Logger: logger,
 	})
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("http.addr: listen on %s: %w", cfg.HTTP.Addr, err)
-	}
-	logger.Info("admin endpoints listening", "addr", ln.Addr().String(), "requeue_enabled", cfg.HTTP.AdminToken != "",
-		"reads_need_token", cfg.HTTP.AdminToken != "" || cfg.HTTP.ReadToken != "")
-	if cfg.HTTP.AdminToken == "" && cfg.HTTP.ReadToken == "" && !isLoopback(ln.Addr()) {
-		// Reads stay open without a token, for the loopback default; on another
-		// address they show keys, topics and errors to whoever reaches it.
-		logger.Warn("the admin API's reads are open to anyone who reaches http.addr: set http.read_token "+
-			"(or http.admin_token) to require a token, or listen on 127.0.0.1", "addr", ln.Addr().String())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- admin.ServeListener(ctx, ln, h) }()
-	return func() error { cancel(); return <-served }, nil
+	a.current.Store(&h)
 }

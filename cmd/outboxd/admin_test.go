@@ -28,7 +28,7 @@ func TestOpenReadsOffLoopbackAreWarnedAboutAtStart(t *testing.T) {
 			cfg := config.Default()
 			cfg.HTTP.Addr, cfg.HTTP.ReadToken = c.addr, config.Secret(c.read)
 			var logs bytes.Buffer
-			stop, err := (&adminServer{}).start(&cfg, &dispatcher{}, nil, slog.New(slog.NewJSONHandler(&logs, nil)))
+			stop, err := (&adminServer{}).listen(&cfg, nil, slog.New(slog.NewJSONHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,7 +26,8 @@ var verbHelp = map[string]string{
 
 Deliver every stream's messages until SIGTERM or SIGINT. The admin endpoints
 (http.addr) start first; while PostgreSQL is unreachable run keeps retrying
-(database.connect_timeout bounds the wait) and /readyz answers 503.
+(database.connect_timeout bounds the wait) and /readyz answers 503. With
+--migrate, pending migrations are applied once the database answers.
 `,
 	"demo": `Usage: outboxd demo [--messages N] [--json] [flags]
 

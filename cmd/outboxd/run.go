@@ -59,17 +59,24 @@ func runCmd(ctx context.Context, e env) error {
 		subscribeAdmin(bus)
 	}
 
-	d, err := newDispatcher(ctx, cfg, logger, opt)
+	// The admin endpoints come first, so that /readyz can say why while run waits for
+	// PostgreSQL; --migrate then runs once the database answers.
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry: reg, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)})
+	stopAdmin, err := adm.listen(cfg, metricsHandler, logger)
 	if err != nil {
 		return err
 	}
+	if err := waitForDatabase(ctx, cfg, logger, adm.notReady); err != nil {
+		return errors.Join(err, stopAdmin())
+	}
+	d, err := newDispatcher(ctx, cfg, logger, opt)
+	if err != nil {
+		return errors.Join(err, stopAdmin())
+	}
 	m.ObserveListener(d.listener)
 	m.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers", "failure-log"}, d.busSubscribers...)...)
-	stopAdmin, err := adm.start(cfg, d, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		Registry: reg, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)}), logger)
-	if err != nil {
-		return errors.Join(err, d.close())
-	}
+	adm.serve(cfg, d, metricsHandler, logger)
 	logger.Info("dispatching", "streams", len(d.pipelines), "table", cfg.Table().String())
 	err = d.run(ctx)
 	// The admin endpoints stop last, so /metrics and /healthz answer during the drain.

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// freeLoopbackAddr returns a loopback address nothing listens on (a port the kernel just
+// handed out and that was closed again).
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// proxyTo opens a TCP proxy on addr that forwards every connection to target, until the
+// test ends: the database "appears" at addr.
+func proxyTo(t *testing.T, addr, target string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("open the proxy on %s: %v", addr, err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { defer wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+}
+
+// withHost is dsn (a URL) pointing at addr instead.
+func withHost(t *testing.T, dsn, addr string) (moved, original string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	original = u.Host
+	u.Host = addr
+	return u.String(), original
+}
+
+func getStatus(addr, path string) (int, string) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestRunWaitsForTheDatabaseThenBecomesReadyAndDelivers(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.EmptyDatabase(t)
+	if code, _, errOut := outboxd(t, []string{"OUTBOXD_DATABASE_URL=" + dsn}, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate up: %s", errOut)
+	}
+	addr := freeLoopbackAddr(t)
+	moved, pgAddr := withHost(t, dsn, addr)
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=" + moved,
+		"OUTBOXD_DRIVERS__BUS__TYPE=discard",
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=bus",
+		"OUTBOXD_STREAMS__ORDERS__POLL_INTERVAL=50ms",
+		"OUTBOXD_REPLICA_ID=patient-test",
+		"OUTBOXD_HTTP__ADDR=127.0.0.1:0",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, env{args: []string{"run"}, environ: environ, stdout: &logs, stderr: &logs}) }()
+
+	// No database: run stays up, logs each attempt and is not ready.
+	const retryLine = `"msg":"database unreachable at start; retrying"`
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(logs.String(), retryLine) < 3 {
+		select {
+		case code := <-done:
+			t.Fatalf("run exited with %d while the database was unreachable; want it to wait\n%s", code, logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 3 retry lines in 30s:\n%s", logs.String())
+		}
+	}
+	admin := adminAddr(t, &logs)
+	if code, body := getStatus(admin, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the database") {
+		t.Fatalf("/readyz while waiting: %d %s; want 503 naming the wait", code, body)
+	}
+	if code, _ := getStatus(admin, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while waiting: %d; want 200 (alive, not ready)", code)
+	}
+
+	// The database appears: run becomes ready and delivers.
+	proxyTo(t, addr, pgAddr)
+	conn := testenv.Connect(t, dsn)
+	if _, err := conn.Exec(context.Background(), `INSERT INTO outbox.messages (stream, topic, payload) VALUES ('orders', 'created', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var delivered int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM outbox.messages WHERE status = 'delivered' AND owner = 'patient-test'`).Scan(&delivered); err != nil {
+			t.Fatal(err)
+		}
+		code, body := getStatus(admin, "/readyz")
+		if delivered == 1 && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready and delivering 60s after the database appeared: delivered %d, /readyz %d %s\n%s", delivered, code, body, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), `"msg":"database reachable"`) {
+		t.Errorf("no line saying the database became reachable:\n%s", logs.String())
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("run exited %d after SIGTERM:\n%s", code, logs.String())
+	}
+}
+
+func TestRunGivesUpOnAnUnreachableDatabaseAfterConnectTimeout(t *testing.T) {
+	t.Parallel()
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=postgres://postgres@" + freeLoopbackAddr(t) + "/postgres?sslmode=disable",
+		"OUTBOXD_DATABASE__CONNECT_TIMEOUT=1s",
+		"OUTBOXD_DRIVERS__BUS__TYPE=discard",
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=bus",
+		"OUTBOXD_HTTP__ADDR=127.0.0.1:0",
+	}
+	start := time.Now()
+	code, _, errOut := outboxd(t, environ, "run")
+	took := time.Since(start)
+	const want = "outboxd: the database did not answer within database.connect_timeout (1s"
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("run: exit %d, stderr %q; want exit 1 and %q", code, errOut, want)
+	}
+	if strings.Count(errOut, "database unreachable at start; retrying") < 2 {
+		t.Errorf("want a log line per attempt before giving up:\n%s", errOut)
+	}
+	if took < time.Second || took > 20*time.Second {
+		t.Errorf("run gave up after %s; want about the 1s connect_timeout", took)
+	}
+}
+
+func TestRunFailsAtOnceWhenTheDatabaseRefusesItsCredentials(t *testing.T) {
+	t.Parallel()
+	dsn, _ := withHost(t, testenv.EmptyDatabase(t), "127.0.0.1:5432")
+	u, _ := url.Parse(dsn)
+	u.User = url.UserPassword("no_such_role_outboxd", "x")
+	environ := []string{"OUTBOXD_DATABASE_URL=" + u.String(), "OUTBOXD_DRIVERS__BUS__TYPE=discard",
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=bus", "OUTBOXD_HTTP__ADDR="}
+	code, _, errOut := outboxd(t, environ, "run")
+	if code != 1 || !strings.Contains(errOut, "outboxd: connect to database:") || !strings.Contains(errOut, "no_such_role_outboxd") {
+		t.Fatalf("run with a role the server refuses: exit %d, stderr %q; want exit 1 at once naming the refusal", code, errOut)
+	}
+}
