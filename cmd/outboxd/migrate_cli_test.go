@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
@@ -81,9 +82,36 @@ func TestTheMigrateCLIWithTheDocumentedOptionsRecordsTheVersionOutboxdReads(t *t
 	if code, out, errOut := outboxd(t, environ, "migrate", "up"); code != 0 || !strings.Contains(out, "no migration pending") {
 		t.Fatalf("outboxd migrate up after the CLI: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	// stats checks the schema exactly as run does at start.
 	if code, _, errOut := outboxd(t, environ, "stats"); code != 0 {
 		t.Fatalf("outboxd stats on the CLI-migrated schema: exit %d, stderr %q", code, errOut)
+	}
+	// run starts on it and becomes ready.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan int, 1)
+	runEnv := append(environ, "OUTBOXD_DRIVERS__BUS__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=bus", "OUTBOXD_HTTP__ADDR=127.0.0.1:0")
+	go func() { done <- run(ctx, env{args: []string{"run"}, environ: runEnv, stdout: &logs, stderr: &logs}) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case code := <-done:
+			t.Fatalf("run on the CLI-migrated schema exited %d:\n%s", code, logs.String())
+		default:
+		}
+		if strings.Contains(logs.String(), `"msg":"dispatching"`) {
+			if code, body := getStatus(adminAddr(t, &logs), "/readyz"); code == 200 {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("/readyz on the CLI-migrated schema: %d %s", code, body)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run did not start on the CLI-migrated schema:\n%s", logs.String())
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, logs.String())
 	}
 }
 
@@ -97,8 +125,9 @@ func TestASchemaMigratedWithTheCLIsDefaultVersionTableIsExplainedWithTheFix(t *t
 	}
 	latest := migrations.Latest()
 	fix := fmt.Sprintf("%s' force %d", migrations.CLIOptions(n), latest)
-	for _, args := range [][]string{{"migrate", "version"}, {"migrate", "status"}, {"migrate", "up"}, {"stats"}} {
-		code, _, errOut := outboxd(t, environ, args...)
+	runEnv := append(environ, "OUTBOXD_DRIVERS__BUS__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=bus", "OUTBOXD_HTTP__ADDR=")
+	for _, args := range [][]string{{"migrate", "version"}, {"migrate", "status"}, {"migrate", "up"}, {"stats"}, {"run"}, {"run", "--migrate"}} {
+		code, _, errOut := outboxd(t, runEnv, args...)
 		if code != 1 || !strings.Contains(errOut, "the migrate CLI's default version table") || !strings.Contains(errOut, fix) {
 			t.Fatalf("outboxd %s: exit %d, stderr %q; want exit 1 naming the default version table and the fix %q",
 				strings.Join(args, " "), code, errOut, fix)
