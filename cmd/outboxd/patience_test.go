@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -181,8 +182,19 @@ func TestRunGivesUpOnAnUnreachableDatabaseAfterConnectTimeout(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, want) {
 		t.Fatalf("run: exit %d, stderr %q; want exit 1 and %q", code, errOut, want)
 	}
-	if strings.Count(errOut, "database unreachable at start; retrying") < 2 {
-		t.Errorf("want a log line per attempt before giving up:\n%s", errOut)
+	// One line per attempt, the wait doubling from the first.
+	var waits []string
+	for _, line := range strings.Split(errOut, "\n") {
+		var l struct {
+			Msg     string `json:"msg"`
+			RetryIn string `json:"retry_in"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "database unreachable at start; retrying" {
+			waits = append(waits, l.RetryIn)
+		}
+	}
+	if len(waits) < 2 || waits[0] != "250ms" || waits[1] != "500ms" {
+		t.Errorf("retry waits %v; want a line per attempt, doubling from 250ms:\n%s", waits, errOut)
 	}
 	if took < time.Second || took > 20*time.Second {
 		t.Errorf("run gave up after %s; want about the 1s connect_timeout", took)
