@@ -2,10 +2,10 @@ package config
 
 import (
 	"maps"
-	"regexp"
 	"net"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
