@@ -103,11 +103,12 @@ WITH RECURSIVE walk(kh, id, due) AS (
 )
 UPDATE {{table}} AS m
 SET status = 'leased', lease_token = $3, owner = $4,
-    lease_until = now() + $5 * interval '1 millisecond'
+    lease_until = now() + $5 * interval '1 millisecond',
+    dedup_id = coalesce(m.dedup_id, gen_random_uuid()) -- as claimSQL: drawn once
 FROM picked
 WHERE m.id = picked.id AND m.status = 'pending'
 RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
-          m.attempts, m.created_at, m.deferred_since, m.lease_until,
+          m.dedup_id::text, m.attempts, m.created_at, m.deferred_since, m.lease_until,
           (SELECT count(*) FROM heads), (SELECT max(kh) FROM heads)`
 
 func renderOrderedClaim(from string, sql string) string {
@@ -170,7 +171,7 @@ func (s *Store) claimOrdered(ctx context.Context, sql, stream string, limit int,
 	for rows.Next() {
 		var m Message
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
-			&m.Attempts, &created, &deferred, &until, &heads, &last); err != nil {
+			&m.DedupID, &m.Attempts, &created, &deferred, &until, &heads, &last); err != nil {
 			return 0, 0, fmt.Errorf("claim %s: read row: %w", stream, err)
 		}
 		m.Stream, m.CreatedAt = stream, finiteTime(created)

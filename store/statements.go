@@ -39,6 +39,9 @@ func newStatements(n table.Name) statements {
 // without waiting on each other; the outer UPDATE re-checks nothing because the rows
 // are locked by this statement. ORDER BY (available_at, id) is the claim index's own
 // order, so the plan walks only pending rows however many delivered rows are kept.
+// A row inserted before migration 0004 has no dedup_id: the claim draws it, and since
+// the lease is written in the same UPDATE it is drawn once, kept by every later claim
+// of the row, so a re-publish carries the id the broker may already hold.
 // Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds.
 const claimSQL = `
 WITH picked AS (
@@ -50,11 +53,12 @@ WITH picked AS (
 )
 UPDATE {{table}} AS m
 SET status = 'leased', lease_token = $3, owner = $4,
-    lease_until = now() + $5 * interval '1 millisecond'
+    lease_until = now() + $5 * interval '1 millisecond',
+    dedup_id = coalesce(m.dedup_id, gen_random_uuid())
 FROM picked
 WHERE m.id = picked.id
 RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
-          m.attempts, m.created_at, m.deferred_since, m.lease_until`
+          m.dedup_id::text, m.attempts, m.created_at, m.deferred_since, m.lease_until`
 
 // The write-backs below share one rule: a row changes only while it is leased under the
 // presented token (status = 'leased' AND lease_token = $2). A lease that expired and was

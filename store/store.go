@@ -45,14 +45,18 @@ func (t Token) String() string {
 
 // Message is one claimed row, as the dispatcher needs it to publish.
 type Message struct {
-	ID            int64
-	Stream        string
-	Topic         string
-	Key           []byte // nil when the row has no key
-	Headers       map[string]string
-	Payload       []byte
-	MessageID     string // caller-supplied id, "" when none
-	Attempts      int    // publish attempts spent before this claim
+	ID        int64
+	Stream    string
+	Topic     string
+	Key       []byte // nil when the row has no key
+	Headers   map[string]string
+	Payload   []byte
+	MessageID string // caller-supplied id, "" when none
+	// DedupID is the row's random de-duplication id (column dedup_id), drawn by the
+	// database at INSERT or, for a row older than migration 0004, at its first claim;
+	// the same on every claim of the row.
+	DedupID       string
+	Attempts      int // publish attempts spent before this claim
 	CreatedAt     time.Time
 	DeferredSince time.Time // zero unless delivery has been deferred (broker unreachable)
 }
@@ -166,7 +170,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 	for rows.Next() {
 		var m Message
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
-			&m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
+			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
 			rows.Close()
 			return Claim{}, fmt.Errorf("claim %s: read row: %w", stream, err)
 		}

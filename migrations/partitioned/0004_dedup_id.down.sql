@@ -1,0 +1,3 @@
+-- Reverts 0004_dedup_id.up.sql. The ids are lost: a dispatcher of an older version then
+-- de-duplicates on the row id again.
+ALTER TABLE outbox.messages DROP COLUMN dedup_id;
