@@ -205,11 +205,14 @@ func oneLine(s string) string {
 
 // deadLetterMessage is m as its dead-letter copy: the original payload, key and
 // headers, plus the dead-letter headers. It keeps the original id and stream, which the
-// driver sends as Outbox-Id and Outbox-Stream. Its de-duplication id is the row id and a
-// random suffix drawn once per failure: every retry of one forwarding carries the same
-// id, so JetStream keeps one copy even when an attempt that looked failed had landed,
-// while the same row failing again after a requeue (which resets its attempts) is a new
-// dead letter.
+// driver sends as Outbox-Id and Outbox-Stream. Its de-duplication id (Outbox-Message-Id,
+// Nats-Msg-Id) is "dead-letter-", the row's random dedup_id and a random suffix drawn once
+// per failure. It is never the original's id: a dead-letter destination in the same
+// JetStream stream as the original would drop the copy as a duplicate of it. It is not
+// the row id either, which repeats across outbox tables and databases sharing one
+// dead-letter stream. Every retry of one forwarding carries the same id, so JetStream
+// keeps one copy even when an attempt that looked failed had landed, while the same row
+// failing again after a requeue (which resets its attempts) is a new dead letter.
 func deadLetterMessage(route DeadLetterRoute, m events.MessageFailed) router.Message {
 	h := make(map[string]string, len(m.Headers)+5)
 	for k, v := range m.Headers {
@@ -220,8 +223,12 @@ func deadLetterMessage(route DeadLetterRoute, m events.MessageFailed) router.Mes
 	h[HeaderDeadLetterAttempts] = strconv.Itoa(m.Attempts)
 	h[HeaderDeadLetterReason] = m.Reason
 	h[HeaderDeadLetterError] = oneLine(m.Err)
+	origin := m.DedupID
+	if origin == "" { // an event not built from a claimed row (tests)
+		origin = strconv.FormatInt(m.ID, 10)
+	}
 	return router.Message{
 		ID: m.ID, Stream: m.Stream, Topic: route.Topic, Key: m.Key, Headers: h, Payload: m.Payload,
-		MessageID: "dead-letter-" + strconv.FormatInt(m.ID, 10) + "-" + strconv.FormatUint(rand.Uint64(), 36),
+		MessageID: "dead-letter-" + origin + "-" + strconv.FormatUint(rand.Uint64(), 36),
 	}
 }

@@ -518,8 +518,12 @@ func TestWhileTheDeadLetterBrokerIsDownGoodRowsFlowAndForwardingResumesByItself(
 		must(t, err)
 		id, _ := strconv.ParseInt(m.Header.Get(router.HeaderID), 10, 64)
 		seen[id] = true
+		// The copy's id names the row's own random dedup id, never the row id alone.
+		var dedupID string
+		must(t, f.pg.Pool.QueryRow(f.ctx, `SELECT dedup_id::text FROM `+f.pg.Table.Qualified()+` WHERE id = $1`, id).Scan(&dedupID))
+		msgID := m.Header.Get(natsclient.MsgIdHdr)
 		if m.Header.Get(dispatch.HeaderDeadLetterReason) != "permanent" || !strings.HasPrefix(string(m.Data), "bad-") ||
-			!strings.HasPrefix(m.Header.Get(natsclient.MsgIdHdr), "dead-letter-"+strconv.FormatInt(id, 10)+"-") {
+			!strings.HasPrefix(msgID, "dead-letter-"+dedupID+"-") || m.Header.Get(router.HeaderMessageID) != msgID {
 			t.Fatalf("dead letter %d: headers %v payload %q", seq, m.Header, m.Data)
 		}
 	}

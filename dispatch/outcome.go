@@ -33,7 +33,7 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	for i, m := range claim.Messages {
 		msgs[i] = router.Message{
 			ID: m.ID, Stream: m.Stream, Topic: p.cfg.TopicPrefix + m.Topic, Key: m.Key,
-			Headers: m.Headers, Payload: m.Payload, MessageID: m.MessageID,
+			Headers: m.Headers, Payload: m.Payload, MessageID: m.MessageID, RowDedupID: m.DedupID,
 			Attempts: m.Attempts, CreatedAt: m.CreatedAt,
 		}
 	}
@@ -264,7 +264,7 @@ func (p *Pipeline) reportFailed(claim store.Claim, o outcomes, failed []store.Fa
 		m := claim.Messages[i]
 		p.emit.Emit(events.MessageFailed{
 			Stream: m.Stream, ID: m.ID, Topic: m.Topic, Key: m.Key, Headers: m.Headers, Payload: m.Payload,
-			Attempts: r.Attempts, Reason: reason[r.ID], Err: r.LastError,
+			MessageID: m.MessageID, DedupID: m.DedupID, Attempts: r.Attempts, Reason: reason[r.ID], Err: r.LastError,
 		})
 	}
 }

@@ -92,15 +92,19 @@ type ListenerState struct {
 // carries what the dead-letter forwarder republishes. Payload and Headers are shared
 // with the pipeline's batch and must not be modified.
 type MessageFailed struct {
-	Stream   string
-	ID       int64
-	Topic    string // the row's topic, before the stream's prefix
-	Key      []byte
-	Headers  map[string]string
-	Payload  []byte
-	Attempts int    // attempts spent, this one included
-	Reason   string // "permanent", "attempts_exhausted" or "max_defer"
-	Err      string // the text stored in last_error
+	Stream  string
+	ID      int64
+	Topic   string // the row's topic, before the stream's prefix
+	Key     []byte
+	Headers map[string]string
+	Payload []byte
+	// MessageID is the producer's message_id ("" when none) and DedupID the row's random
+	// dedup_id: what the original publish was de-duplicated on.
+	MessageID string
+	DedupID   string
+	Attempts  int    // attempts spent, this one included
+	Reason    string // "permanent", "attempts_exhausted" or "max_defer"
+	Err       string // the text stored in last_error
 }
 
 // LeasesReclaimed reports expired leases handed back to pending by the janitor.

@@ -21,8 +21,12 @@ import (
 // Headers every driver adds to every message, so consumers can de-duplicate and tell
 // streams apart whatever the broker.
 const (
+	// HeaderID carries the row id: unique within one outbox table only.
 	HeaderID     = "Outbox-Id"
 	HeaderStream = "Outbox-Stream"
+	// HeaderMessageID carries Message.DedupID(), the id to de-duplicate on: unique
+	// across tables, databases and restores that reuse row ids.
+	HeaderMessageID = "Outbox-Message-Id"
 	// HeaderKey carries the row's key on brokers that have no key of their own (NATS).
 	HeaderKey = "Outbox-Key"
 )
@@ -36,17 +40,27 @@ type Message struct {
 	Headers   map[string]string // the producer's headers, passed through
 	Payload   []byte
 	MessageID string // caller-supplied de-duplication id; "" uses DedupID's default
+	// RowDedupID is the row's random de-duplication id (column dedup_id), the same on
+	// every publish of the row.
+	RowDedupID string
 	// Attempts spent before this publish and the row's creation time (database clock),
 	// for tracing; drivers do not send them.
 	Attempts  int
 	CreatedAt time.Time
 }
 
-// DedupID is the id a broker de-duplicates on (JetStream's Nats-Msg-Id): the
-// producer's message id when it gave one, otherwise the outbox id.
+// DedupID is the id brokers and consumers de-duplicate on (the Outbox-Message-Id
+// header, JetStream's Nats-Msg-Id): the producer's message id when it gave one,
+// otherwise the row's random dedup id. The row id is the last resort, for a message not
+// built from a row (tests, benchmarks): it repeats across tables and databases, so two
+// outboxes publishing into one JetStream stream would have one's messages dropped as
+// duplicates of the other's.
 func (m *Message) DedupID() string {
-	if m.MessageID != "" {
+	switch {
+	case m.MessageID != "":
 		return m.MessageID
+	case m.RowDedupID != "":
+		return m.RowDedupID
 	}
 	return strconv.FormatInt(m.ID, 10)
 }

@@ -305,11 +305,12 @@ func tooLarge(err error) bool {
 }
 
 // message is m as kafka-go writes it: the producer's headers in name order, then the
-// outbox id and stream, which replace any producer header of the same name.
+// outbox id, stream and message id (Kafka has no idempotent producer in kafka-go, so
+// consumers de-duplicate on it), which replace any producer header of the same name.
 func message(m *router.Message, t *ticket) kafka.Message {
-	headers := make([]kafka.Header, 0, len(m.Headers)+2)
+	headers := make([]kafka.Header, 0, len(m.Headers)+3)
 	for _, name := range slices.Sorted(maps.Keys(m.Headers)) {
-		if name == router.HeaderID || name == router.HeaderStream {
+		if name == router.HeaderID || name == router.HeaderStream || name == router.HeaderMessageID {
 			continue
 		}
 		headers = append(headers, kafka.Header{Key: name, Value: []byte(m.Headers[name])})
@@ -317,6 +318,7 @@ func message(m *router.Message, t *ticket) kafka.Message {
 	headers = append(headers,
 		kafka.Header{Key: router.HeaderID, Value: strconv.AppendInt(nil, m.ID, 10)},
 		kafka.Header{Key: router.HeaderStream, Value: []byte(m.Stream)},
+		kafka.Header{Key: router.HeaderMessageID, Value: []byte(m.DedupID())},
 	)
 	return kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Payload, Headers: headers, WriterData: t}
 }

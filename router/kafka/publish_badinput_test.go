@@ -75,7 +75,7 @@ func TestATooLargeMessageSaysWhichPartIsLarge(t *testing.T) {
 	msgs[0].Key = []byte(strings.Repeat("k", maxRequestBytes))
 	errs := d.Publish(testCtx(t), msgs)
 	if errs[1] != nil || router.KindOf(errs[0]) != router.KindPermanent ||
-		!strings.Contains(errs[0].Error(), "(key 1047552, value 9, headers 33)") {
+		!strings.Contains(errs[0].Error(), "(key 1047552, value 9, headers 51)") {
 		t.Fatalf("errors %v", errs)
 	}
 }

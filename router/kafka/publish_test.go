@@ -457,13 +457,15 @@ func TestCancellingMidWriteKeepsWhatWasConfirmedAndCancelsTheRest(t *testing.T) 
 
 func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *testing.T) {
 	t.Parallel()
-	m := router.Message{ID: 42, Stream: "orders", Topic: "t", Headers: map[string]string{
-		"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed",
-	}}
+	m := router.Message{ID: 42, Stream: "orders", Topic: "t", RowDedupID: "6f1c2a56-7f3e-4b8e-9a55-0d3c1b2a4e10",
+		Headers: map[string]string{
+			"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed", router.HeaderMessageID: "spoofed",
+		}}
 	got := message(&m, nil).Headers
 	want := []kafka.Header{
 		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")},
 		{Key: router.HeaderID, Value: []byte("42")}, {Key: router.HeaderStream, Value: []byte("orders")},
+		{Key: router.HeaderMessageID, Value: []byte(m.RowDedupID)},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("headers %v, want %v", got, want)

@@ -14,16 +14,17 @@ import (
 )
 
 // Msg returns m in NATS's wire form: its subject is m.Topic; its headers are the
-// producer's, then the outbox id and stream (which win over producer headers of the same
-// name) and, since NATS has no key of its own, the key as router.HeaderKey when there is
-// one. room is how many more headers the caller will add.
+// producer's, then the outbox id, stream and message id (which win over producer headers
+// of the same name) and, since NATS has no key of its own, the key as router.HeaderKey
+// when there is one. room is how many more headers the caller will add.
 func Msg(m *router.Message, room int) *nats.Msg {
-	h := make(nats.Header, len(m.Headers)+3+room)
+	h := make(nats.Header, len(m.Headers)+4+room)
 	for k, v := range m.Headers {
 		h[k] = []string{v}
 	}
 	h[router.HeaderID] = []string{strconv.FormatInt(m.ID, 10)}
 	h[router.HeaderStream] = []string{m.Stream}
+	h[router.HeaderMessageID] = []string{m.DedupID()}
 	if m.Key != nil {
 		h[router.HeaderKey] = []string{string(m.Key)}
 	}
@@ -44,7 +45,7 @@ type Builder struct {
 // error is CheckHeaders's for those headers; the headers are checked as they are set,
 // and CheckHeaders runs only for a message that may fail.
 func (b *Builder) Msg(m *router.Message, dedup bool, reply string) (*nats.Msg, error) {
-	need := len(m.Headers) + 4
+	need := len(m.Headers) + 5
 	if cap(b.vals) < need {
 		b.vals = make([]string, need)
 	}
@@ -66,8 +67,7 @@ func (b *Builder) Msg(m *router.Message, dedup bool, reply string) (*nats.Msg, e
 		ok = ok && headerNameOK(k) && headerValueOK(v)
 		set(k, v)
 	}
-	id := strconv.FormatInt(m.ID, 10)
-	set(router.HeaderID, id)
+	set(router.HeaderID, strconv.FormatInt(m.ID, 10))
 	ok = ok && headerValueOK(m.Stream)
 	set(router.HeaderStream, m.Stream)
 	if m.Key != nil {
@@ -75,12 +75,11 @@ func (b *Builder) Msg(m *router.Message, dedup bool, reply string) (*nats.Msg, e
 		ok = ok && headerValueOK(key)
 		set(router.HeaderKey, key)
 	}
+	dedupID := m.DedupID()
+	ok = ok && headerValueOK(dedupID) // a producer's message_id may be anything
+	set(router.HeaderMessageID, dedupID)
 	if dedup {
-		if m.MessageID != "" {
-			id = m.MessageID // as DedupID, without formatting the id again
-			ok = ok && headerValueOK(id)
-		}
-		set(nats.MsgIdHdr, id)
+		set(nats.MsgIdHdr, dedupID)
 	}
 	b.msg.Subject, b.msg.Reply, b.msg.Data = m.Topic, reply, m.Payload
 	if !ok {
@@ -129,8 +128,9 @@ func CheckSubject(subject string) error {
 
 // What the headers the drivers add carry, for errors about them.
 var headerOrigin = map[string]string{
-	router.HeaderKey: "the row's key",
-	nats.MsgIdHdr:    "the row's message_id",
+	router.HeaderKey:       "the row's key",
+	router.HeaderMessageID: "the row's message_id",
+	nats.MsgIdHdr:          "the row's message_id",
 }
 
 // CheckHeaders returns an error wrapping nats.ErrBadHeaderMsg unless NATS carries every

@@ -49,15 +49,16 @@ func TestMsgCarriesTheProducerHeadersAndTheOutboxHeadersWin(t *testing.T) {
 	t.Parallel()
 	m := router.Message{
 		ID: 42, Stream: "orders", Topic: "orders.created", Key: []byte("customer-7"),
-		Headers: map[string]string{"content-type": "application/json", router.HeaderID: "forged"},
-		Payload: []byte(`{}`),
+		Headers: map[string]string{"content-type": "application/json", router.HeaderID: "forged", router.HeaderMessageID: "forged"},
+		Payload: []byte(`{}`), RowDedupID: "6f1c2a56-7f3e-4b8e-9a55-0d3c1b2a4e10",
 	}
 	got := natsconn.Msg(&m, 0)
 	want := map[string]string{
-		"content-type":      "application/json",
-		router.HeaderID:     "42",
-		router.HeaderStream: "orders",
-		router.HeaderKey:    "customer-7",
+		"content-type":         "application/json",
+		router.HeaderID:        "42",
+		router.HeaderStream:    "orders",
+		router.HeaderKey:       "customer-7",
+		router.HeaderMessageID: "6f1c2a56-7f3e-4b8e-9a55-0d3c1b2a4e10",
 	}
 	if got.Subject != "orders.created" || string(got.Data) != `{}` {
 		t.Fatalf("subject %q data %q", got.Subject, got.Data)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -72,17 +73,20 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-// batch builds n messages on topic with five keys and a numbered payload.
+// batch builds n messages on topic with five keys and a numbered payload. Each has a
+// dedup id of its own, as a claimed row has, fresh for every batch.
 func batch(topic string, n int) []router.Message {
 	msgs := make([]router.Message, n)
+	run := strconv.FormatUint(rand.Uint64(), 36)
 	for i := range msgs {
 		msgs[i] = router.Message{
-			ID:      int64(1000 + i),
-			Stream:  "conformance",
-			Topic:   topic,
-			Key:     []byte("key-" + strconv.Itoa(i%5)),
-			Headers: map[string]string{"content-type": "text/plain", "seq": strconv.Itoa(i)},
-			Payload: []byte("payload-" + strconv.Itoa(i)),
+			ID:         int64(1000 + i),
+			Stream:     "conformance",
+			Topic:      topic,
+			Key:        []byte("key-" + strconv.Itoa(i%5)),
+			Headers:    map[string]string{"content-type": "text/plain", "seq": strconv.Itoa(i)},
+			Payload:    []byte("payload-" + strconv.Itoa(i)),
+			RowDedupID: "conformance-" + run + "-" + strconv.Itoa(i),
 		}
 	}
 	return msgs
@@ -121,7 +125,8 @@ func batchArrivesInOrder(t *testing.T, h *Harness) {
 		if r.Headers["content-type"] != "text/plain" {
 			t.Fatalf("message %d lost a producer header: %v", seq, r.Headers)
 		}
-		if r.Headers[router.HeaderID] != strconv.FormatInt(want.ID, 10) || r.Headers[router.HeaderStream] != "conformance" {
+		if r.Headers[router.HeaderID] != strconv.FormatInt(want.ID, 10) || r.Headers[router.HeaderStream] != "conformance" ||
+			r.Headers[router.HeaderMessageID] != want.RowDedupID {
 			t.Fatalf("message %d lacks the outbox headers: %v", seq, r.Headers)
 		}
 		order := ""

@@ -1,0 +1,76 @@
+package dispatch_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/router"
+	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/table"
+)
+
+// ownDatabase is a fixture on an outbox table in a database of t's own, so that its row
+// ids start at 1 like every other fresh outbox's.
+func ownDatabase(t *testing.T) *fixture {
+	t.Helper()
+	dsn := testenv.EmptyDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	n := table.Name{Schema: "outbox", Table: "messages"}
+	must(t, migrations.Up(ctx, dsn, n))
+	pool, err := pgxpool.New(ctx, dsn)
+	must(t, err)
+	t.Cleanup(pool.Close)
+	s, err := store.New(pool, n)
+	must(t, err)
+	return &fixture{pg: &testenv.PG{DSN: dsn, Table: n, Pool: pool}, store: s, ctx: ctx}
+}
+
+func TestTwoOutboxesWhoseRowIdsOverlapStoreEveryMessageInOneJetStreamStream(t *testing.T) {
+	t.Parallel()
+	a, b := ownDatabase(t), ownDatabase(t)
+	srv := testenv.NewNATS(t)
+	js, err := jetstream.New(dlNATSClient(t, srv.URL()))
+	must(t, err)
+	// One stream for both services, with its default duplicate window (two minutes),
+	// which the whole test runs inside.
+	stream, err := js.CreateStream(a.ctx, jetstream.StreamConfig{Name: "SHARED", Subjects: []string{"shared.>"}})
+	must(t, err)
+
+	const n = 50
+	idsA, idsB := a.insert(t, "orders", n), b.insert(t, "orders", n)
+	if idsA[0] != idsB[0] || idsA[n-1] != idsB[n-1] {
+		t.Fatalf("the two outboxes' ids do not overlap (%d..%d and %d..%d): the test would show nothing",
+			idsA[0], idsA[n-1], idsB[0], idsB[n-1])
+	}
+	for _, f := range []*fixture{a, b} {
+		cfg := config.DefaultDriver(config.TypeJetStream)
+		cfg.URL = srv.URL()
+		d, err := jsdriver.New("js", cfg, nil)
+		must(t, err)
+		t.Cleanup(func() { _ = d.Close() })
+		pub, err := router.New(router.Route{Stream: "orders", DriverName: "js", Driver: d, TopicPrefix: "shared."})
+		must(t, err)
+		p, err := pub.Publisher("orders")
+		must(t, err)
+		stop := run(t, pipeline(t, f, dispatch.PipelineConfig{TopicPrefix: "shared."}, p, newRecorder()))
+		waitFor(t, time.Minute, "every row delivered", func() bool { return f.counts(t)["delivered"] == n })
+		stop()
+	}
+
+	info, err := stream.Info(a.ctx)
+	must(t, err)
+	if info.State.Msgs != 2*n {
+		t.Fatalf("both outboxes marked their %d rows delivered, but the stream stored %d messages, want %d: "+
+			"the broker absorbed the second outbox's messages as duplicates of the first's", n, info.State.Msgs, 2*n)
+	}
+}
