@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxd/outboxd/events"
@@ -38,6 +39,8 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 		}
 	}
 	pubCtx, cancel := context.WithTimeout(hard, p.cfg.PublishTimeout)
+	var duplicates atomic.Int64 // confirmed as duplicates by the broker (JetStream)
+	pubCtx = router.WithDuplicates(pubCtx, &duplicates)
 	start := p.now()
 	var errs []error
 	if p.ordered != nil {
@@ -67,6 +70,7 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	ev := p.writeBack(ctx, claim, o)
 	ev.Claim, ev.Publish, ev.WriteBack = claimTime, publishTime, p.now().Sub(start)
 	ev.Stream, ev.Claimed = p.cfg.Stream, len(claim.Messages)
+	ev.Duplicates = int(duplicates.Load())
 	p.emit.Emit(ev)
 	if p.ordered != nil {
 		// An ordered claim passes over keys whose head is leased, so the messages behind

@@ -17,10 +17,15 @@ type Iteration struct {
 	Stream    string
 	Claimed   int
 	Published int // confirmed by the broker and acknowledged in the table
-	Retried   int // refused by the broker; an attempt spent, back after a backoff
-	Deferred  int // broker unreachable; no attempt spent
-	Failed    int // failed for good (permanent error, attempts or max_defer exhausted)
-	Released  int // handed back unpublished at shutdown
+	// Duplicates counts the published messages the broker confirmed as duplicates of a
+	// message it already held under the same de-duplication id (a JetStream PubAck with
+	// "duplicate"): normal for a re-publish after a lost answer; with no restarts or
+	// broker trouble, a sign that de-duplication ids collide.
+	Duplicates int
+	Retried    int // refused by the broker; an attempt spent, back after a backoff
+	Deferred   int // broker unreachable; no attempt spent
+	Failed     int // failed for good (permanent error, attempts or max_defer exhausted)
+	Released   int // handed back unpublished at shutdown
 	// HeldBack counts messages of ordered streams handed back unsent, without an
 	// attempt, because an earlier message of their key did not go through.
 	HeldBack int

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -168,4 +169,24 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		}
 	}
 	return errs
+}
+
+type duplicatesKey struct{}
+
+// WithDuplicates returns ctx carrying n, to which a driver adds one for each message of a
+// Publish call under ctx that the broker confirmed as a duplicate of a message it
+// already held (a JetStream PubAck with "duplicate"), so that the caller can count them
+// per stream. It travels in the context because the confirmation is a success (a nil
+// error) and wrappers between the caller and the driver (tracing, PublishOrdered's
+// chunks) pass the context through unchanged.
+func WithDuplicates(ctx context.Context, n *atomic.Int64) context.Context {
+	return context.WithValue(ctx, duplicatesKey{}, n)
+}
+
+// NoteDuplicates adds n to the counter WithDuplicates put in ctx, if any. Drivers call
+// it before Publish returns, for messages whose result is nil.
+func NoteDuplicates(ctx context.Context, n int) {
+	if c, ok := ctx.Value(duplicatesKey{}).(*atomic.Int64); ok && n > 0 {
+		c.Add(int64(n))
+	}
 }

@@ -97,6 +97,7 @@ func (m *Metrics) iteration(e *events.Iteration) {
 	s.leaseConflicts.Add(float64(e.LeaseConflicts))
 	s.heldBack.Add(float64(e.HeldBack))
 	s.orderViolations.Add(float64(e.OrderViolations))
+	s.duplicates.Add(float64(e.Duplicates))
 	for reason, n := range e.FailReasons {
 		if i := indexOf(failReasons, reason); i >= 0 {
 			s.failed[i].Add(float64(n))

@@ -131,7 +131,7 @@ type Metrics struct {
 // vecs are the labelled families; children for configured values are resolved in New.
 type vecs struct {
 	claimed, published, retried, deferred, released, leaseConflicts *prometheus.CounterVec
-	heldBack, orderViolations                                       *prometheus.CounterVec
+	heldBack, orderViolations, duplicates                           *prometheus.CounterVec
 	failed, brokerErrors, deadLetter, breakerTransitions            *prometheus.CounterVec
 	lag, publish, batch, iteration                                  *prometheus.HistogramVec
 	oldestAge, backlog, paused, blockedKeys, blockedMessages        *prometheus.GaugeVec
@@ -141,7 +141,7 @@ type vecs struct {
 // streamSeries are one stream's resolved children.
 type streamSeries struct {
 	claimed, published, retried, deferred, released, leaseConflicts prometheus.Counter
-	heldBack, orderViolations                                       prometheus.Counter
+	heldBack, orderViolations, duplicates                           prometheus.Counter
 
 	failed             [3]prometheus.Counter // by failReasons
 	brokerErrors       [5]prometheus.Counter // by brokerErrorKinds, of the stream's driver
@@ -189,6 +189,9 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 			"Messages of ordered streams handed back unsent, without an attempt, because an earlier message of their key did not go through.", stream...),
 		orderViolations: counter("order_violations_total",
 			"Messages of ordered streams the broker confirmed although an earlier message of their key in the same batch failed; published again after it.", stream...),
+		duplicates: counter("broker_duplicates_total",
+			"Published messages the broker confirmed as duplicates of one it already held under the same de-duplication id (JetStream): "+
+				"a re-publish after a lost acknowledgement, or ids that collide.", stream...),
 		brokerErrors: counter("broker_errors_total",
 			"Publish errors by driver and kind: retryable, permanent, unreachable, canceled, held_back (ordered streams: not sent behind a failed message of the key).", "driver", "kind"),
 		deadLetter: counter("dead_letter_forwards_total",
@@ -215,7 +218,7 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 	reg.MustRegister(m.v.claimed, m.v.published, m.v.retried, m.v.deferred, m.v.released, m.v.failed,
 		m.v.leaseConflicts, m.v.brokerErrors, m.v.deadLetter, m.v.breakerTransitions,
 		m.v.lag, m.v.publish, m.v.batch, m.v.iteration, m.v.oldestAge, m.v.backlog, m.v.paused,
-		m.v.heldBack, m.v.orderViolations, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing)
+		m.v.heldBack, m.v.orderViolations, m.v.duplicates, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing)
 
 	for _, name := range sortedKeys(streams) {
 		s := m.resolve(name, streams[name])
@@ -252,6 +255,7 @@ func (m *Metrics) resolve(name, driver string) *streamSeries {
 		leaseConflicts:  m.v.leaseConflicts.WithLabelValues(name),
 		heldBack:        m.v.heldBack.WithLabelValues(name),
 		orderViolations: m.v.orderViolations.WithLabelValues(name),
+		duplicates:      m.v.duplicates.WithLabelValues(name),
 		lag:             m.v.lag.WithLabelValues(name),
 		publish:         m.v.publish.WithLabelValues(name),
 		batch:           m.v.batch.WithLabelValues(name),

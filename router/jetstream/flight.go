@@ -43,6 +43,7 @@ type batch struct {
 type slot struct {
 	state   uint8
 	retries uint8     // "no responders" answers published again
+	dup     bool      // its PubAck said the stream already held its Nats-Msg-Id
 	sent    time.Time // handed to the connection (last time, when published again)
 	topic   string
 	reply   string
@@ -175,19 +176,24 @@ func (d *Driver) expire(b *batch, now time.Time) {
 	}
 }
 
-// finish gives each message its result: its PubAck's or its own error, else stop.
-// Messages still awaiting their PubAck stay in the window until they settle or time out.
-func (d *Driver) finish(b *batch, errs []error, stop error) []error {
+// finish gives each message its result: its PubAck's or its own error, else stop, and
+// reports the confirmed duplicates to ctx (router.NoteDuplicates). Messages still
+// awaiting their PubAck stay in the window until they settle or time out.
+func (d *Driver) finish(ctx context.Context, b *batch, errs []error, stop error) []error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b.open = false
 	b.msgs = nil
 	var last time.Time
+	dups := 0
 	for i := range b.slots {
 		s := &b.slots[i]
 		switch {
 		case s.state == slotSettled || s.state == slotIdle && s.err != nil:
 			errs[i] = s.err
+			if s.err == nil && s.dup {
+				dups++
+			}
 		default:
 			errs[i] = stop
 		}
@@ -195,6 +201,7 @@ func (d *Driver) finish(b *batch, errs []error, stop error) []error {
 			last = s.sent
 		}
 	}
+	router.NoteDuplicates(ctx, dups)
 	if b.flying == 0 {
 		delete(d.batches, b.id)
 		return errs
@@ -296,6 +303,7 @@ func (d *Driver) onReply(m *nats.Msg) {
 	default:
 		if ack.duplicate {
 			d.duplicates.Add(1)
+			s.dup = true
 		}
 		d.settle(b, i, nil)
 	}

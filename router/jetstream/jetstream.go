@@ -4,7 +4,8 @@
 // confirmed by its own PubAck, and a message whose PubAck has not arrived is never
 // reported as published. Every message carries Nats-Msg-Id = Message.DedupID(), so a
 // message published again inside the stream's duplicate window is dropped by the server
-// and acknowledged as a duplicate (counted, and a success). A subject no stream captures
+// and acknowledged as a duplicate (a success, counted by Duplicates and reported to the
+// caller through router.WithDuplicates). A subject no stream captures
 // is a permanent error, never a silent fall-back to core NATS.
 //
 // A batch is published asynchronously through a window of at most MaxInFlight messages
@@ -142,7 +143,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 	if stop == nil {
 		stop = d.wait(ctx, b)
 	}
-	return d.confirmNoStream(ctx, msgs, d.finish(b, errs, stop))
+	return d.confirmNoStream(ctx, msgs, d.finish(ctx, b, errs, stop))
 }
 
 // unusable says why no message of a batch can be published now, or nil.
