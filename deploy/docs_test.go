@@ -80,7 +80,7 @@ func TestTheContractNamesEveryHeaderAndAttributeOutboxdSends(t *testing.T) {
 	t.Parallel()
 	contract := readDoc(t, "contract.md")
 	sent := []string{
-		router.HeaderID, router.HeaderStream, router.HeaderKey, "Nats-Msg-Id",
+		router.HeaderID, router.HeaderStream, router.HeaderKey, router.HeaderMessageID, "Nats-Msg-Id",
 		dispatch.HeaderDeadLetterStream, dispatch.HeaderDeadLetterTopic, dispatch.HeaderDeadLetterAttempts,
 		dispatch.HeaderDeadLetterReason, dispatch.HeaderDeadLetterError,
 		"traceparent", "tracestate",
