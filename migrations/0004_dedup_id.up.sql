@@ -17,3 +17,5 @@ ALTER TABLE outbox.messages ALTER COLUMN dedup_id SET DEFAULT gen_random_uuid();
 
 COMMENT ON COLUMN outbox.messages.dedup_id IS
     'Random id the broker and consumers de-duplicate on when message_id is NULL (Outbox-Message-Id header); drawn at INSERT, or at the first claim for rows older than the column. Owned by the dispatcher.';
+COMMENT ON COLUMN outbox.messages.message_id IS
+    'Optional caller-supplied id, sent to the broker and consumers for de-duplication (Outbox-Message-Id) instead of dedup_id.';
