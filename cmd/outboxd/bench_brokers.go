@@ -63,8 +63,8 @@ func startBenchNATS(ctx context.Context, url string, withJetStream bool) (*bench
 		n.close()
 		return nil, err
 	}
-	// A stream left by an earlier run would de-duplicate this run's ids (which start at
-	// 1 again) against its own: delete it.
+	// A stream left by an earlier run holds messages whose Outbox-Id, which the tally
+	// counts, this run's rows reuse (ids start at 1 again): delete it.
 	if err := js.DeleteStream(ctx, benchJetStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		n.close()
 		return nil, fmt.Errorf("bench: delete the JetStream stream %s left by an earlier run: %w", benchJetStream, err)
