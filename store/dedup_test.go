@@ -95,6 +95,15 @@ func (f *fixture) claimKeepsDedupIDs(t *testing.T, layout migrations.Layout, cla
 	}
 	f.insert(t, "s", 3) // rows inserted after the migration draw theirs at INSERT
 	inserted := f.dedupIDs(t)
+	drawn := 0
+	for _, d := range inserted {
+		if d != "" {
+			drawn++
+		}
+	}
+	if drawn != 3 {
+		t.Fatalf("%d rows have a dedup_id before any claim, want the 3 inserted after the migration", drawn)
+	}
 
 	first := claim()
 	if len(first.Messages) != 8 {
