@@ -109,7 +109,9 @@ func waitingHandler(metrics http.Handler, reason *atomic.Pointer[string]) http.H
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		reply(w, http.StatusServiceUnavailable, admin.Readiness{Checks: []admin.CheckResult{{Name: "database", Error: why()}}})
 	})
-	mux.Handle("GET /metrics", metrics)
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		reply(w, http.StatusServiceUnavailable, map[string]string{"error": why()})
 	})

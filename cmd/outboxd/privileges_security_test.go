@@ -179,7 +179,7 @@ func TestADispatcherAndAProducerWorkWithLeastPrivilege(t *testing.T) {
 
 	// Requeue through the admin API: the table's requeue function, run as the dispatcher.
 	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+adminAddr(t, &logs)+"/api/v1/messages/requeue",
-		strings.NewReader(`{"stream": "orders"}`))
+		strings.NewReader(`{"stream": "orders", "all": true}`))
 	must(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)

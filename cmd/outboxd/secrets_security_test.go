@@ -225,7 +225,7 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 			t.Fatalf("requeue with %q: %d, want 401", tok, status)
 		}
 	}
-	if status, body := get("POST", "/api/v1/messages/requeue", `{"stream": "orders"}`, "Authorization", "Bearer "+adminToken); status != http.StatusOK {
+	if status, body := get("POST", "/api/v1/messages/requeue", `{"stream": "orders", "all": true}`, "Authorization", "Bearer "+adminToken); status != http.StatusOK {
 		t.Fatalf("requeue with the token: %d %s", status, body)
 	}
 
@@ -237,7 +237,7 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 	})
 	get("GET", "/api/v1/stats", "", reader...)
 	get("GET", "/api/v1/messages", "", reader...)
-	get("POST", "/api/v1/messages/requeue", `{"stream": "orders"}`, "Authorization", "Bearer "+adminToken)
+	get("POST", "/api/v1/messages/requeue", `{"stream": "orders", "all": true}`, "Authorization", "Bearer "+adminToken)
 	waitFor("the pipelines to log their failed claims", func() bool { return strings.Contains(logs.String(), "claim failed") })
 	proxy.restore()
 	waitFor("readiness to return with the database", func() bool {
