@@ -136,7 +136,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		drivers[name] = drv
 	}
 	d.drivers = drivers
-	if err := provisionDrivers(ctx, cfg, drivers); err != nil {
+	if err := provisionDrivers(ctx, cfg, drivers, logger); err != nil {
 		for _, open := range drivers {
 			_ = open.Close()
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -17,21 +18,29 @@ const provisionTimeout = 30 * time.Second
 // provisionDrivers creates, for every jetstream driver with provision.enabled, the
 // stream capturing what is routed to it: "<topic_prefix>>" of each outbox stream and
 // each dead-letter subject. Kafka drivers create missing topics as they publish.
-func provisionDrivers(ctx context.Context, cfg *config.Config, drivers map[string]router.Driver) error {
+// It logs what it created, so that a first start says where its messages go.
+func provisionDrivers(ctx context.Context, cfg *config.Config, drivers map[string]router.Driver, logger *slog.Logger) error {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Drivers)) {
 		dc := cfg.Drivers[name]
 		js, ok := drivers[name].(*jetstream.Driver)
 		if !ok || dc.Type != config.TypeJetStream || !dc.Provision.Enabled {
 			continue
 		}
-		if err := provisionStream(ctx, js, dc.Provision, routedSubjects(cfg, name)); err != nil {
+		subjects := routedSubjects(cfg, name)
+		created, err := provisionStream(ctx, js, dc.Provision, subjects)
+		if err != nil {
 			return err
+		}
+		if created {
+			logger.Info("created JetStream stream", "driver", name, "jetstream_stream", dc.Provision.Stream, "subjects", subjects)
+		} else {
+			logger.Info("JetStream stream exists; left as it is", "driver", name, "jetstream_stream", dc.Provision.Stream)
 		}
 	}
 	return nil
 }
 
-func provisionStream(ctx context.Context, js *jetstream.Driver, p config.Provision, subjects []string) error {
+func provisionStream(ctx context.Context, js *jetstream.Driver, p config.Provision, subjects []string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
 	defer cancel()
 	return js.Provision(ctx, p, subjects)

@@ -46,7 +46,7 @@ func TestStartProvisionsOneJetStreamStreamCapturingEveryPrefixRoutedToTheDriver(
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := provisionDrivers(ctx, &cfg, drivers); err != nil {
+	if err := provisionDrivers(ctx, &cfg, drivers, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatalf("provisionDrivers: %v", err)
 	}
 

@@ -14,10 +14,11 @@ import (
 // with p's settings when it does not. A stream of that name that exists already is
 // left as it is, whatever it captures: it belongs to whoever made it. It fails when
 // the server cannot be asked or refuses the stream (a subject another stream captures,
-// replicas the cluster cannot place), saying which.
-func (d *Driver) Provision(ctx context.Context, p config.Provision, subjects []string) error {
-	fail := func(err error) error {
-		return fmt.Errorf("driver %s: provision JetStream stream %q for %v: %w", d.name, p.Stream, subjects, err)
+// replicas the cluster cannot place), saying which. It reports whether it created the
+// stream.
+func (d *Driver) Provision(ctx context.Context, p config.Provision, subjects []string) (created bool, err error) {
+	fail := func(err error) (bool, error) {
+		return false, fmt.Errorf("driver %s: provision JetStream stream %q for %v: %w", d.name, p.Stream, subjects, err)
 	}
 	cfg, err := streamConfig(p, subjects)
 	if err != nil {
@@ -28,14 +29,18 @@ func (d *Driver) Provision(ctx context.Context, p config.Provision, subjects []s
 		return fail(err)
 	}
 	if _, err := js.Stream(ctx, p.Stream); err == nil {
-		return nil
+		return false, nil
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fail(err)
 	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	_, err = js.CreateStream(ctx, cfg)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse): // another replica was first
+		return false, nil
+	case err != nil:
 		return fail(err)
 	}
-	return nil
+	return true, nil
 }
 
 // streamConfig is the stream p describes, capturing subjects.

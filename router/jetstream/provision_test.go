@@ -22,8 +22,8 @@ func TestProvisionCreatesTheMissingStreamSoTheFirstMessageIsStored(t *testing.T)
 	if err := d.Publish(ctx(t), messages("shop.orders.created", 1, 8))[0]; router.KindOf(err) != router.KindPermanent {
 		t.Fatalf("before provisioning: %v (%s), want permanent", err, router.KindOf(err))
 	}
-	if err := d.Provision(ctx(t), p, []string{"shop.>"}); err != nil {
-		t.Fatalf("Provision: %v", err)
+	if created, err := d.Provision(ctx(t), p, []string{"shop.>"}); err != nil || !created {
+		t.Fatalf("Provision: created %v, %v; want created", created, err)
 	}
 	requireNoErrors(t, d.Publish(ctx(t), messages("shop.orders.created", 2, 8)))
 	s, err := b.js.Stream(ctx(t), "SHOP")
@@ -38,8 +38,8 @@ func TestProvisionCreatesTheMissingStreamSoTheFirstMessageIsStored(t *testing.T)
 		t.Fatalf("stream %+v holding %d messages, want memory storage, a 90s duplicate window, limits retention and 2 messages", c, info.State.Msgs)
 	}
 	// A second start finds it and changes nothing.
-	if err := d.Provision(ctx(t), p, []string{"shop.>"}); err != nil {
-		t.Fatalf("Provision again: %v", err)
+	if created, err := d.Provision(ctx(t), p, []string{"shop.>"}); err != nil || created {
+		t.Fatalf("Provision again: created %v, %v; want found, not created", created, err)
 	}
 }
 
@@ -50,7 +50,7 @@ func TestProvisionLeavesAnExistingStreamAndSaysWhyItCannotCreateOne(t *testing.T
 	topic := b.topic(t) // a stream of another name captures this subject
 	p := config.DefaultDriver(config.TypeJetStream).Provision
 	p.Enabled, p.Stream = true, "OVERLAP"
-	err := d.Provision(ctx(t), p, []string{topic})
+	_, err := d.Provision(ctx(t), p, []string{topic})
 	if err == nil || !strings.Contains(err.Error(), `provision JetStream stream "OVERLAP"`) || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("Provision over a captured subject: %v, want an error naming the stream and the overlap", err)
 	}
