@@ -111,6 +111,23 @@ func (f *flow) start(ctx context.Context, now time.Time) {
 	f.log.Debug("flowing: polling every " + flowPoll.String() + ", producers stop notifying")
 }
 
+// park ends a flow, if any, at once and keeps one from starting until flowRetry has
+// passed: the pipeline is about to stop polling every millisecond (its breaker is not
+// closed, a claim failed, or shutdown began), and while it holds the lock producers
+// would not notify anyone. Polling goes on for flowGrace, as after a flow's linger.
+func (f *flow) park(ctx context.Context, now time.Time) {
+	if f.try == nil {
+		return
+	}
+	if f.lock != nil {
+		f.stop(ctx)
+		f.pollUntil = now.Add(flowGrace)
+	}
+	f.windowStart = now
+	f.notes.Store(0)
+	f.noTryTill = now.Add(flowRetry)
+}
+
 // stop releases the flow lock, if held; producers notify again.
 func (f *flow) stop(ctx context.Context) {
 	if f.lock == nil {

@@ -236,11 +236,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		p.mu.Lock()
 		limit, wait, change := p.breaker.allow(p.now(), p.cfg.BatchSize)
+		closed := p.breaker.state == events.BreakerClosed
 		p.mu.Unlock()
 		p.report(change)
+		if !closed {
+			// An open or half-open breaker claims a trial now and then at most: the
+			// stream is not polled every millisecond, so it must not hold the flow lock.
+			p.flow.park(ctx, p.now())
+		}
 		if limit == 0 {
 			<-slots
-			p.flow.claimed(ctx, p.now(), 0)
 			p.sleep(ctx, wait, false)
 			continue
 		}
@@ -249,10 +254,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		// A claim is not cancelled when shutdown begins: one the database applied but
 		// whose rows never reached us would stay leased, out of every replica's reach,
 		// until its lease expired. Shutdown waits for it (within its grace), then
-		// publishes or releases its rows.
+		// publishes or releases its rows. Only its own deadline (p.claim), which a
+		// healthy database path never reaches, abandons it.
 		claim, err := p.claim(hard, limit)
 		claimTime := p.now().Sub(start)
-		p.flow.claimed(ctx, p.now(), len(claim.Messages))
+		if err != nil || !closed {
+			p.flow.park(ctx, p.now()) // a failed claim: the next one waits its backoff
+		} else {
+			p.flow.claimed(ctx, p.now(), len(claim.Messages))
+		}
 		if err != nil || len(claim.Messages) == 0 {
 			<-slots
 			p.mu.Lock()
@@ -286,6 +296,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 	}
 
+	// Claiming has stopped: producers must notify again now, not once in-flight work
+	// ends, which may take the whole shutdown grace.
+	p.flow.stop(ctx)
 	inflight.Wait()
 	return nil
 }
@@ -321,7 +334,17 @@ func (p *Pipeline) closed() bool {
 // claim leases the next batch: an ordered stream's keys from their heads (resuming the
 // walk over keys where the last claim left it), any other stream's rows in order of
 // availability.
+//
+// A claim has a deadline of its own, the lease TTL less the publish timeout: a batch
+// claimed later than that could not be published within its lease anyway, and a stalled
+// database path must not hold up the pipeline (and its flow lock) until the kernel gives
+// up on the connection. A claim abandoned at its deadline that the database applied
+// leaves its rows leased until the lease expires and the janitor hands them back:
+// nothing is lost. pgx closes a connection whose statement was interrupted, so the pool
+// discards it instead of reusing it mid-statement.
 func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseTTL-p.cfg.PublishTimeout)
+	defer cancel()
 	if p.ordered != nil {
 		return p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
 	}
