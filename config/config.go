@@ -55,11 +55,24 @@ type Config struct {
 	Tracing     Tracing           `yaml:"tracing"`
 }
 
-// Database configures how outboxd run reaches PostgreSQL (database_url says where).
+// Database configures how outboxd run reaches PostgreSQL (database_url says where) and
+// how quickly a dead peer is noticed on its connections, on both ends. A replica holds
+// session-level advisory locks (a stream's flow lock, the janitor's lock) that PostgreSQL
+// releases only once it ends the session; with the kernels' defaults a server notices a
+// vanished peer after about two hours.
 type Database struct {
 	// ConnectTimeout bounds how long run waits at start for PostgreSQL to answer; 0 waits
 	// forever, so a replica started before its database comes up on its own.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// KeepaliveIdle, KeepaliveInterval and KeepaliveCount set TCP keepalive on our
+	// sockets and, as tcp_keepalives_*, on the server's: a silent peer is declared dead
+	// after KeepaliveIdle + KeepaliveInterval × KeepaliveCount.
+	KeepaliveIdle     time.Duration `yaml:"keepalive_idle"`
+	KeepaliveInterval time.Duration `yaml:"keepalive_interval"`
+	KeepaliveCount    int           `yaml:"keepalive_count"`
+	// UserTimeout bounds how long sent data may stay unacknowledged before the
+	// connection is dropped (TCP_USER_TIMEOUT, tcp_user_timeout); 0 keeps the kernel's.
+	UserTimeout time.Duration `yaml:"user_timeout"`
 }
 
 // Log configures the process logger.
@@ -200,6 +213,7 @@ func Default() Config {
 		Schema:      table.Default.Schema,
 		TableName:   table.Default.Table,
 		ReplicaID:   defaultReplicaID(),
+		Database:    Database{KeepaliveIdle: 5 * time.Second, KeepaliveInterval: 2 * time.Second, KeepaliveCount: 3, UserTimeout: 10 * time.Second},
 		Log:         Log{Level: "info", Format: "json"},
 		Janitor: Janitor{
 			Interval:      30 * time.Second,

@@ -34,6 +34,7 @@ func (c *Config) Validate() error {
 		v.add("database.connect_timeout", "must not be negative (0 waits for the database forever), got %s",
 			formatDuration(c.Database.ConnectTimeout))
 	}
+	v.database("database", c.Database)
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "json", "text")
 	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {
@@ -426,6 +427,27 @@ func (v *checker) janitor(key string, j Janitor) {
 	}
 	v.intRange(k("partitions.ahead"), j.Partitions.Ahead, 1, 365)
 	v.positive(k("stats_interval"), j.StatsInterval)
+}
+
+func (v *checker) database(key string, d Database) {
+	k := func(f string) string { return key + "." + f }
+	// The server takes the keepalive settings in whole seconds and tcp_user_timeout in
+	// milliseconds; a value it would round is refused rather than changed silently.
+	seconds := func(key string, d time.Duration) {
+		if d%time.Second != 0 {
+			v.add(key, "must be a whole number of seconds, got %s", formatDuration(d))
+		}
+	}
+	if v.durRange(k("keepalive_idle"), d.KeepaliveIdle, time.Second, 2*time.Hour) {
+		seconds(k("keepalive_idle"), d.KeepaliveIdle)
+	}
+	if v.durRange(k("keepalive_interval"), d.KeepaliveInterval, time.Second, 10*time.Minute) {
+		seconds(k("keepalive_interval"), d.KeepaliveInterval)
+	}
+	v.intRange(k("keepalive_count"), d.KeepaliveCount, 1, 100)
+	if d.UserTimeout != 0 && v.durRange(k("user_timeout"), d.UserTimeout, time.Second, time.Hour) && d.UserTimeout%time.Millisecond != 0 {
+		v.add(k("user_timeout"), "must be a whole number of milliseconds, got %s", formatDuration(d.UserTimeout))
+	}
 }
 
 func (v *checker) http(key string, h HTTP) {

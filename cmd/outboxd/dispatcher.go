@@ -96,6 +96,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	// Every statement here is short and planned once; JIT compilation only adds latency.
 	poolConfig.ConnConfig.RuntimeParams["jit"] = "off"
+	deadPeers(&poolConfig.ConnConfig.Config, cfg.Database)
 	poolConfig.MaxConns = max(poolConfig.MaxConns, 4) // janitor, samplers, admin API
 	pipeConfig := pipelineSessions(poolConfig, cfg.Streams)
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
@@ -177,6 +178,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
+	deadPeers(&listenConfig.Config, cfg.Database)
 	d.listener = dispatch.NewListener(listenConfig, n, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
