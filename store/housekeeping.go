@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,12 +24,25 @@ type Lock struct {
 	conn  *pgxpool.Conn
 	class int32
 	key   string // hashed by the database into the second half of the key
+
+	// Set for a lock that expires when its holder goes silent (TryFlow): the
+	// session's idle_session_timeout before the lock set it, and the heartbeat.
+	idleBefore string
+	mu         sync.Mutex // one statement on conn at a time: heartbeat or release
+	stop, done chan struct{}
 }
+
+// FlowLockIdle is how long the server lets a flow lock's session be silent before it
+// ends the session, and with it the lock; the holder's heartbeat speaks every third of
+// it. A holder frozen or cut off behind a path that neither answers nor closes (a
+// stalled VM, a silent middlebox) cannot be told from a live one by TCP keepalive, whose
+// probes a kernel or proxy may answer for it; this clock runs on the server alone.
+const FlowLockIdle = 3 * time.Second
 
 // TryLock takes the table's janitor lock without waiting. It returns nil and no error
 // when another session holds it.
 func (s *Store) TryLock(ctx context.Context) (*Lock, error) {
-	l, err := s.tryLock(ctx, lockClass, s.table.AdvisoryLockKey())
+	l, err := s.tryLock(ctx, lockClass, s.table.AdvisoryLockKey(), 0)
 	if err != nil {
 		return nil, fmt.Errorf("janitor lock on %s: %w", s.table, err)
 	}
@@ -40,22 +54,28 @@ func (s *Store) TryLock(ctx context.Context) (*Lock, error) {
 // notification (migration 0003): its holder promises to poll the stream every
 // millisecond instead. PostgreSQL commits the transactions that notified one at a time,
 // through their WAL flush, so at a high rate the notifications, not the disk, capped
-// how many transactions producers could commit.
+// how many transactions producers could commit. The lock's session ends, releasing it,
+// once its holder has been silent for FlowLockIdle.
 func (s *Store) TryFlow(ctx context.Context, stream string) (*Lock, error) {
-	l, err := s.tryLock(ctx, flowClass, s.table.FlowLockKey(stream))
+	l, err := s.tryLock(ctx, flowClass, s.table.FlowLockKey(stream), FlowLockIdle)
 	if err != nil {
 		return nil, fmt.Errorf("flow lock of stream %s in %s: %w", stream, s.table, err)
 	}
 	return l, nil
 }
 
-func (s *Store) tryLock(ctx context.Context, class int32, key string) (*Lock, error) {
+// tryLock takes an advisory lock; idle > 0 makes the server end the lock's session after
+// that long without a statement (idle_session_timeout, PostgreSQL 14 and later; older
+// servers keep the lock until the session ends otherwise), and starts a heartbeat.
+func (s *Store) tryLock(ctx context.Context, class int32, key string, idle time.Duration) (*Lock, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, class, key).Scan(&got); err != nil {
+	var before *string // NULL where the server has no idle_session_timeout
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2)), current_setting('idle_session_timeout', true)`,
+		class, key).Scan(&got, &before); err != nil {
 		conn.Release()
 		return nil, err
 	}
@@ -63,7 +83,42 @@ func (s *Store) tryLock(ctx context.Context, class int32, key string) (*Lock, er
 		conn.Release()
 		return nil, nil
 	}
-	return &Lock{conn: conn, class: class, key: key}, nil
+	l := &Lock{conn: conn, class: class, key: key}
+	if idle <= 0 || before == nil {
+		return l, nil
+	}
+	if _, err := conn.Exec(ctx, `SELECT set_config('idle_session_timeout', $1, false)`, fmt.Sprint(idle.Milliseconds())); err != nil {
+		l.Release(ctx)
+		return nil, err
+	}
+	l.idleBefore = *before
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	go l.heartbeat(idle / 3)
+	return l, nil
+}
+
+// heartbeat keeps the lock's session from looking idle while this process can reach the
+// server. It stops at the first failure: the session is then gone or unreachable, and
+// the server ends it on its own.
+func (l *Lock) heartbeat(every time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		l.mu.Lock()
+		_, err := l.conn.Exec(ctx, `SELECT 1`)
+		l.mu.Unlock()
+		cancel()
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Release gives the lock back. If unlocking fails, the connection is closed instead,
@@ -72,9 +127,24 @@ func (l *Lock) Release(ctx context.Context) {
 	if l == nil || l.conn == nil {
 		return
 	}
+	if l.stop != nil {
+		close(l.stop)
+		<-l.done
+		l.stop = nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, l.class, l.key); err != nil {
+	var err error
+	if l.idleBefore != "" {
+		// The connection goes back to the pool: it must not keep the lock's idle limit.
+		_, err = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2)), set_config('idle_session_timeout', $3, false)`,
+			l.class, l.key, l.idleBefore)
+	} else {
+		_, err = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, l.class, l.key)
+	}
+	if err != nil {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()

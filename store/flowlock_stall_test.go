@@ -1,0 +1,85 @@
+package store_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/chaos"
+	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/store"
+)
+
+// TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds takes a flow lock
+// through a proxy and then stalls the proxy: bytes stop both ways and no connection
+// closes, as when a replica freezes or its network goes silent. Keepalive probes cannot
+// tell this apart from a live peer here (the proxy's kernel answers them), so the lock's
+// session must end on the server's own clock; until it does, producers of the stream
+// send no notifications.
+func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	cfg, err := pgxpool.ParseConfig(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.Host == "" || cfg.ConnConfig.Host[0] == '/' {
+		t.Skip("the test database is reached over a Unix socket: no TCP path to stall")
+	}
+	proxy, err := chaos.Listen(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := store.New(pool, pg.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := func() int {
+		var n int
+		if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1868724326
+			AND objid = hashtext($1)::oid AND mode = 'ExclusiveLock' AND granted`, pg.Table.FlowLockKey("orders")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	lock, err := s.TryFlow(ctx, "orders")
+	if err != nil || lock == nil {
+		t.Fatalf("flow lock of a stream nobody flows: %v, %v", lock, err)
+	}
+	// Runs before the pool closes, which would wait for the lock's connection forever.
+	t.Cleanup(func() { proxy.Restore(); lock.Release(ctx) })
+	// A healthy holder keeps its lock past the server's idle limit.
+	time.Sleep(2 * store.FlowLockIdle)
+	if n := holders(); n != 1 {
+		t.Fatalf("a healthy holder's flow lock: %d holders after %v; want 1", n, 2*store.FlowLockIdle)
+	}
+	proxy.Stall()
+	start := time.Now()
+	bound := 2 * store.FlowLockIdle
+	for holders() != 0 {
+		if time.Since(start) > bound {
+			t.Fatalf("the flow lock of a holder whose path stalled is still held after %v", bound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("released %v after the stall", time.Since(start).Round(10*time.Millisecond))
+}
