@@ -237,13 +237,18 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, on bool) *progress {
-	p := &progress{w: w, on: on}
-	if f, ok := w.(*os.File); ok && on {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.animate = true
-		}
+	return &progress{w: w, on: on, animate: on && isTerminal(w)}
+}
+
+// isTerminal reports whether w is a terminal, where a line rewritten in place reads as
+// progress; in a pipe or a file the same bytes are noise.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
 	}
-	return p
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // begin shows phase until end or stop; done reports how many of total are done.

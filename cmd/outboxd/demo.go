@@ -57,7 +57,7 @@ func demoCmd(ctx context.Context, e env) error {
 	perTx := fs.Int("batch", 50, "messages per producer transaction")
 	rollbackEvery := fs.Int("rollback-every", 10, "roll back every Nth transaction on purpose (0: never)")
 	loseEvery := fs.Int("lose-answer-every", 0, "lose JetStream's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again and the stream's de-duplication drops the copies (0: never)")
-	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object on stdout, and nothing else there")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for delivery after this long")
 	if err := parseFlags(fs, e.args); err != nil {
 		return err
@@ -173,7 +173,10 @@ func demoCmd(ctx context.Context, e env) error {
 	produceErr := make(chan error, 1)
 	go func() { produceErr <- run.produce(ctx, pool, writer, *messages, *producers, *perTx, *rollbackEvery) }()
 
-	// Progress until everything committed has arrived, or the timeout.
+	// Wait until everything committed has arrived, or the timeout.
+	// Progress is a line rewritten in place, so only on a terminal; elsewhere (a pipe, a
+	// log file, --json) nothing stands in for it: the summary follows within seconds.
+	showProgress := !*asJSON && isTerminal(e.stderr)
 	deadline := time.After(*timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -189,7 +192,7 @@ wait:
 				break wait
 			}
 		case <-tick.C:
-			if !*asJSON {
+			if showProgress {
 				run.progress(e.stderr, time.Since(start))
 			}
 		case <-deadline:
@@ -222,7 +225,9 @@ wait:
 		out, _ := json.Marshal(sum)
 		fmt.Fprintln(e.stdout, string(out))
 	} else {
-		fmt.Fprint(e.stderr, "\r\033[K")
+		if showProgress {
+			fmt.Fprint(e.stderr, "\r\033[K")
+		}
 		printSummary(e.stdout, sum, config.RedactDSN(cfg.DatabaseURL))
 	}
 	if failure != nil {

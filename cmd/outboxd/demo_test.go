@@ -70,3 +70,21 @@ func TestDemoCountsTheCopiesTheDispatcherPublishedAgain(t *testing.T) {
 		t.Errorf("duplicates %d; want the copies published again after their answer was lost (between 1 and %d)", s.Duplicates, s.Delivered)
 	}
 }
+
+// TestDemoShowsProgressOnlyOnATerminal runs the demo with stderr a pipe, as under CI
+// or `2>log`: the in-place progress line (carriage returns, erase-line escapes) is for
+// a terminal only, and nothing replaces it there, so stderr stays empty.
+func TestDemoShowsProgressOnlyOnATerminal(t *testing.T) {
+	t.Parallel()
+	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
+	code, out, errOut := outboxd(t, environ, "demo", "--messages", "2000", "--producers", "2")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\nstdout %s\nstderr %q", code, out, errOut)
+	}
+	if !strings.Contains(out, "delivered     1800") {
+		t.Errorf("stdout lacks the summary:\n%s", out)
+	}
+	if errOut != "" {
+		t.Errorf("stderr is not a terminal, yet the demo wrote to it: %q", errOut)
+	}
+}
