@@ -24,8 +24,10 @@ GOFILES = $(filter-out %/testdata/% testdata/% vendor/%,$(wildcard $(shell git l
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
+# demo echoes no command: with ARGS=--json its stdout is the summary alone (scripts/demo.sh
+# keeps its own chatter on stderr).
 demo: ## Produce, dispatch and consume 100,000 messages via embedded NATS JetStream (ARGS= for outboxd demo)
-	bash scripts/demo.sh $(ARGS)
+	@bash scripts/demo.sh $(ARGS)
 
 test: ## Full check: PostgreSQL ensured, gofmt, go vet, go test -race (PKGS=, ARGS= go test's)
 	bash scripts/test.sh $(ARGS)

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,5 +91,52 @@ func TestDemoShowsProgressOnlyOnATerminal(t *testing.T) {
 	}
 	if errOut != "" {
 		t.Errorf("stderr is not a terminal, yet the demo wrote to it: %q", errOut)
+	}
+}
+
+// TestMakeDemoJSONPrintsOnlyTheSummaryOnStdout runs what the README shows, `make demo
+// ARGS='… --json'`, through make and scripts/demo.sh: stdout must hold exactly one JSON
+// object, so it can be piped to jq; make's command echo and the scripts' setup chatter
+// belong on stderr.
+func TestMakeDemoJSONPrintsOnlyTheSummaryOnStdout(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"make", "bash", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("this test runs make demo and needs %s on PATH: %v", tool, err)
+		}
+	}
+	// ensure-postgres.sh takes OUTBOXD_TEST_DATABASE_URL when it answers (and says so on
+	// stderr); an empty database keeps the demo's schema away from other tests.
+	environ := []string{"OUTBOXD_TEST_DATABASE_URL=" + testenv.EmptyDatabase(t)}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "OUTBOXD_"), name == "MAKEFLAGS", name == "MFLAGS", name == "MAKELEVEL":
+			// make run from make (make test) would print "Entering directory" lines.
+			continue
+		}
+		environ = append(environ, kv)
+	}
+	cmd := exec.Command("make", "demo", "ARGS=--messages 2000 --producers 2 --json")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = environ
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make demo: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+	}
+	dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
+	var s demoSummary
+	if err := dec.Decode(&s); err != nil {
+		t.Fatalf("make demo --json: stdout is not a JSON object: %v\n%q", err, stdout.String())
+	}
+	if rest, _ := io.ReadAll(dec.Buffered()); strings.TrimSpace(string(rest)) != "" || dec.More() {
+		t.Fatalf("make demo --json: stdout holds more than the summary: %q", stdout.String())
+	}
+	if s.Committed != 1800 || s.Delivered != 1800 || s.Lost != 0 {
+		t.Errorf("summary: %+v", s)
+	}
+	if strings.Contains(stderr.String(), "\r") || strings.Contains(stderr.String(), "delivered ") {
+		t.Errorf("make demo --json: progress on stderr: %q", stderr.String())
 	}
 }
