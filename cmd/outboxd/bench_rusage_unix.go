@@ -17,11 +17,24 @@ func processUsage(ps *os.ProcessState) (cpuSeconds, peakRSSMiB float64) {
 		return 0, 0
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	rss := float64(ru.Maxrss) / 1024 // KiB on Linux and the BSDs (see readPeakRSS for Linux)
-	if runtime.GOOS == "darwin" || runtime.GOOS == "ios" {
-		rss = float64(ru.Maxrss) / (1 << 20) // bytes there
+	return cpu.Seconds(), maxRSSMiB(ru) // on Linux, see readPeakRSS
+}
+
+// selfPeakRSSMiB is this process's peak resident set so far: everything it holds,
+// brokers embedded in it included.
+func selfPeakRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
 	}
-	return cpu.Seconds(), rss
+	return maxRSSMiB(&ru)
+}
+
+func maxRSSMiB(ru *syscall.Rusage) float64 {
+	if runtime.GOOS == "darwin" || runtime.GOOS == "ios" {
+		return float64(ru.Maxrss) / (1 << 20) // bytes there
+	}
+	return float64(ru.Maxrss) / 1024 // KiB on Linux and the BSDs
 }
 
 // terminate asks a process to stop the way an operator would: SIGTERM.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -47,6 +48,9 @@ type demoSummary struct {
 	LatencyP50Ms float64 `json:"latency_p50_ms"`
 	LatencyP99Ms float64 `json:"latency_p99_ms"`
 	Seconds      float64 `json:"seconds"`
+	// PeakRSSMiB is the demo process's peak resident set (getrusage), the embedded
+	// NATS server and its JetStream store included; 0 where the system does not say.
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
 func demoCmd(ctx context.Context, e env) error {
@@ -221,6 +225,7 @@ wait:
 		failure = err
 	}
 	sum := run.summary(elapsed, int64(jsDriver.Duplicates()))
+	sum.PeakRSSMiB = math.Round(selfPeakRSSMiB()*10) / 10
 	if *asJSON {
 		out, _ := json.Marshal(sum)
 		fmt.Fprintln(e.stdout, string(out))
@@ -383,11 +388,15 @@ func printSummary(w io.Writer, s demoSummary, dsn string) {
   phantoms      %d (rolled-back messages that arrived; must be 0)
   throughput    %.0f msg/s over %.1fs
   commit→ack    p50 %.1f ms, p99 %.1f ms (commit returned → JetStream PubAck)
-
+`, demoTable, s.Produced, s.RolledBack, s.Committed, s.Delivered, s.Duplicates, s.Lost, s.Phantoms,
+		s.MsgsPerSec, s.Seconds, s.LatencyP50Ms, s.LatencyP99Ms)
+	if s.PeakRSSMiB > 0 {
+		fmt.Fprintf(w, "  memory        peak RSS %.0f MiB (this process, the embedded NATS server included)\n", s.PeakRSSMiB)
+	}
+	fmt.Fprintf(w, `
 Inspect the table:
   psql "%s" -c 'SELECT * FROM %s'
-`, demoTable, s.Produced, s.RolledBack, s.Committed, s.Delivered, s.Duplicates, s.Lost, s.Phantoms,
-		s.MsgsPerSec, s.Seconds, s.LatencyP50Ms, s.LatencyP99Ms, dsn, demoTable.Schema+"."+demoTable.Table+"_stats")
+`, dsn, demoTable.Schema+"."+demoTable.Table+"_stats")
 }
 
 // backlogSettled reports whether stream has no row left pending or leased: every

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -31,9 +32,18 @@ func TestDemoDeliversEveryCommittedMessageAndNoRolledBackOne(t *testing.T) {
 	if s.MsgsPerSec <= 0 || s.LatencyP50Ms <= 0 || s.LatencyP99Ms < s.LatencyP50Ms {
 		t.Fatalf("summary lacks measurements: %+v", s)
 	}
+	// The peak resident set is the process's own (getrusage), where the system tells it.
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if rss, ok := raw["peak_rss_mib"].(float64); runtime.GOOS == "linux" && (!ok || rss < 1) {
+		t.Errorf("summary's peak_rss_mib is %v; want the process's peak resident set in MiB: %s", raw["peak_rss_mib"], out)
+	}
 	// The human form names the same figures and the query to inspect the table.
 	code, out, _ = outboxd(t, environ, "demo", "--messages", "500")
-	if code != 0 || !strings.Contains(out, "lost          0") || !strings.Contains(out, "outboxd_demo.messages_stats") {
+	if code != 0 || !strings.Contains(out, "lost          0") || !strings.Contains(out, "outboxd_demo.messages_stats") ||
+		(runtime.GOOS == "linux" && !strings.Contains(out, "peak RSS")) {
 		t.Fatalf("demo summary: exit %d\n%s", code, out)
 	}
 }
