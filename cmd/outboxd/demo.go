@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,7 +137,7 @@ func demoCmd(ctx context.Context, e env) error {
 		return err
 	}
 
-	run := &demoRun{committedAt: map[string]time.Time{}, rolledBack: map[string]bool{}, confirmedAt: map[string]time.Time{}, received: map[string]int{}}
+	run := newDemoRun(*messages)
 	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{migrate: true, wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
 		return &timedPublisher{next: p, run: run, loseEvery: *loseEvery}
 	}})
@@ -161,7 +162,7 @@ func demoCmd(ctx context.Context, e env) error {
 		stopDispatcher()
 		return err
 	}
-	consumed, err := cons.Consume(func(m jetstream.Msg) { run.receive(m.Headers().Get(natsgo.MsgIdHdr)) })
+	consumed, err := cons.Consume(func(m jetstream.Msg) { run.receive(run.seq(m.Headers().Get(natsgo.MsgIdHdr))) })
 	if err != nil {
 		stopDispatcher()
 		return err
@@ -244,16 +245,51 @@ wait:
 	return nil
 }
 
-// demoRun is the demo's bookkeeping, keyed by each message's producer-assigned id.
+// demoIDPrefix starts every message id the demo produces; the number after it is the
+// message's sequence, 0 to --messages-1.
+const demoIDPrefix = "demo-"
+
+// The states of a message in demoRun.state.
+const (
+	demoInFlight   uint8 = iota // enqueued, its transaction not yet ended
+	demoCommitted               // its transaction committed
+	demoRolledBack              // its transaction rolled back on purpose
+)
+
+// demoRun is the demo's bookkeeping, one slot per message sequence. It is kept in flat
+// slices, not in maps keyed by id: the demo's memory is part of what it shows, and maps
+// of strings and times held 0.5 KiB per message at the peak (with the garbage collector's
+// headroom on top), more than everything else in the process at 100,000 messages.
 type demoRun struct {
 	mu          sync.Mutex
-	committedAt map[string]time.Time
-	rolledBack  map[string]bool
-	confirmedAt map[string]time.Time
-	received    map[string]int
+	epoch       time.Time       // the instants below are offsets from it
+	state       []uint8         // demoInFlight, demoCommitted or demoRolledBack
+	committedAt []time.Duration // when the commit returned
+	confirmedAt []time.Duration // when the broker first confirmed it; 0: not yet
+	received    []uint32        // copies the consumer saw
+	strangers   int64           // arrivals whose id is none of this run's: phantoms
 	produced    atomic.Int64
 	committed   atomic.Int64
-	arrived     atomic.Int64 // distinct committed ids received
+	arrived     atomic.Int64 // distinct committed messages received
+}
+
+func newDemoRun(n int) *demoRun {
+	return &demoRun{epoch: time.Now(), state: make([]uint8, n), committedAt: make([]time.Duration, n),
+		confirmedAt: make([]time.Duration, n), received: make([]uint32, n)}
+}
+
+// seq is the sequence of the message whose id (or broker de-duplication id, which may
+// qualify it) ends in demoIDPrefix and a number; -1 for any other id.
+func (r *demoRun) seq(id string) int {
+	i := strings.LastIndex(id, demoIDPrefix)
+	if i < 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(id[i+len(demoIDPrefix):])
+	if err != nil || n < 0 || n >= len(r.state) {
+		return -1
+	}
+	return n
 }
 
 // produce writes n messages from several goroutines, each in transactions of perTx,
@@ -273,15 +309,14 @@ func (r *demoRun) produce(ctx context.Context, pool *pgxpool.Pool, w *producer.W
 				}
 				count := min(int64(perTx), int64(n)-first)
 				msgs := make([]producer.Message, count)
-				ids := make([]string, count)
 				for i := range msgs {
-					ids[i] = "demo-" + strconv.FormatInt(first+int64(i), 10)
+					seq := strconv.FormatInt(first+int64(i), 10)
 					msgs[i] = producer.Message{Stream: "demo", Topic: "orders", Key: strconv.FormatInt((first+int64(i))%100, 10),
-						Headers: map[string]string{"content-type": "application/json"}, MessageID: ids[i],
-						Payload: []byte(`{"order":` + strconv.FormatInt(first+int64(i), 10) + `,"state":"paid"}`)}
+						Headers: map[string]string{"content-type": "application/json"}, MessageID: demoIDPrefix + seq,
+						Payload: []byte(`{"order":` + seq + `,"state":"paid"}`)}
 				}
 				rollback := rollbackEvery > 0 && (first/int64(perTx))%int64(rollbackEvery) == int64(rollbackEvery-1)
-				if err := r.transaction(ctx, pool, w, msgs, ids, rollback); err != nil {
+				if err := r.transaction(ctx, pool, w, msgs, int(first), rollback); err != nil {
 					errs <- err
 					return
 				}
@@ -293,7 +328,8 @@ func (r *demoRun) produce(ctx context.Context, pool *pgxpool.Pool, w *producer.W
 	return <-errs
 }
 
-func (r *demoRun) transaction(ctx context.Context, pool *pgxpool.Pool, w *producer.Writer, msgs []producer.Message, ids []string, rollback bool) error {
+// transaction enqueues msgs, sequences first onwards, in one transaction.
+func (r *demoRun) transaction(ctx context.Context, pool *pgxpool.Pool, w *producer.Writer, msgs []producer.Message, first int, rollback bool) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("demo producer: begin: %w", err)
@@ -303,10 +339,11 @@ func (r *demoRun) transaction(ctx context.Context, pool *pgxpool.Pool, w *produc
 		return fmt.Errorf("demo producer: %w", err)
 	}
 	r.produced.Add(int64(len(msgs)))
+	seqs := r.state[first : first+len(msgs)]
 	if rollback {
 		r.mu.Lock()
-		for _, id := range ids {
-			r.rolledBack[id] = true
+		for i := range seqs {
+			seqs[i] = demoRolledBack
 		}
 		r.mu.Unlock()
 		return tx.Rollback(ctx)
@@ -314,20 +351,27 @@ func (r *demoRun) transaction(ctx context.Context, pool *pgxpool.Pool, w *produc
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("demo producer: commit: %w", err)
 	}
-	now := time.Now()
+	now := time.Since(r.epoch)
 	r.mu.Lock()
-	for _, id := range ids {
-		r.committedAt[id] = now
+	for i := range seqs {
+		seqs[i] = demoCommitted
+		r.committedAt[first+i] = now
 	}
 	r.mu.Unlock()
 	r.committed.Add(int64(len(msgs)))
 	return nil
 }
 
-func (r *demoRun) receive(id string) {
+// receive counts an arrival of message seq (-1: an id this run never produced).
+func (r *demoRun) receive(seq int) {
 	r.mu.Lock()
-	r.received[id]++
-	first := r.received[id] == 1 && !r.rolledBack[id]
+	if seq < 0 {
+		r.strangers++
+		r.mu.Unlock()
+		return
+	}
+	r.received[seq]++
+	first := r.received[seq] == 1 && r.state[seq] != demoRolledBack
 	r.mu.Unlock()
 	if first {
 		r.arrived.Add(1)
@@ -347,20 +391,25 @@ func (r *demoRun) progress(w io.Writer, elapsed time.Duration) {
 func (r *demoRun) summary(elapsed time.Duration, brokerDuplicates int64) demoSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := demoSummary{Produced: r.produced.Load(), Committed: int64(len(r.committedAt)), RolledBack: int64(len(r.rolledBack)),
-		Duplicates: brokerDuplicates, Seconds: elapsed.Seconds()}
-	var lat []time.Duration
-	for id, n := range r.received {
-		if r.rolledBack[id] {
-			s.Phantoms++
+	s := demoSummary{Produced: r.produced.Load(), Duplicates: brokerDuplicates, Phantoms: r.strangers, Seconds: elapsed.Seconds()}
+	lat := make([]time.Duration, 0, r.committed.Load())
+	for seq, state := range r.state {
+		switch state {
+		case demoRolledBack:
+			s.RolledBack++
+			if r.received[seq] > 0 {
+				s.Phantoms++
+			}
 			continue
+		case demoCommitted:
+			s.Committed++
+			if c := r.confirmedAt[seq]; c > 0 {
+				lat = append(lat, c-r.committedAt[seq])
+			}
 		}
-		s.Delivered++
-		s.Duplicates += int64(n - 1)
-	}
-	for id, at := range r.committedAt {
-		if c, ok := r.confirmedAt[id]; ok {
-			lat = append(lat, c.Sub(at))
+		if n := int64(r.received[seq]); n > 0 {
+			s.Delivered++
+			s.Duplicates += n - 1
 		}
 	}
 	s.Lost = s.Committed - s.Delivered
@@ -422,8 +471,8 @@ type timedPublisher struct {
 	next      dispatch.Publisher
 	run       *demoRun
 	loseEvery int
-	batches   int             // published so far; Publish runs on the stream's workers
-	lost      map[string]bool // messages whose answer was lost once
+	batches   int    // published so far; Publish runs on the stream's workers
+	lost      []bool // by sequence: messages whose answer was lost once
 }
 
 // errAnswerLost is what a publish whose answer --lose-answer-every dropped reports.
@@ -431,23 +480,23 @@ var errAnswerLost = errors.New("demo: the broker's answer was lost on purpose (-
 
 func (t *timedPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
 	errs := t.next.Publish(ctx, msgs)
-	now := time.Now()
+	now := time.Since(t.run.epoch)
 	t.run.mu.Lock()
 	t.batches++
 	if t.loseEvery > 0 && t.batches%t.loseEvery == 0 {
 		if t.lost == nil {
-			t.lost = map[string]bool{}
+			t.lost = make([]bool, len(t.run.state))
 		}
 		for i, err := range errs {
-			if id := msgs[i].MessageID; err == nil && !t.lost[id] {
-				t.lost[id] = true
+			if seq := t.run.seq(msgs[i].MessageID); err == nil && seq >= 0 && !t.lost[seq] {
+				t.lost[seq] = true
 				errs[i] = router.Retryable(errAnswerLost)
 			}
 		}
 	}
 	for i, err := range errs {
-		if _, seen := t.run.confirmedAt[msgs[i].MessageID]; err == nil && !seen {
-			t.run.confirmedAt[msgs[i].MessageID] = now
+		if seq := t.run.seq(msgs[i].MessageID); err == nil && seq >= 0 && t.run.confirmedAt[seq] == 0 {
+			t.run.confirmedAt[seq] = max(now, 1) // 0 means not yet
 		}
 	}
 	t.run.mu.Unlock()
