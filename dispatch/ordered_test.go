@@ -99,11 +99,11 @@ func (c *crashable) Ack(ctx context.Context, t store.Token, ids []int64) (store.
 	return c.Store.Ack(ctx, t, ids)
 }
 
-func (c *crashable) AckAgain(ctx context.Context, t store.Token, owner string, ids []int64) (store.AckResult, error) {
+func (c *crashable) AckAgain(ctx context.Context, t store.Token, owner string, leaseUntil time.Time, ids []int64) (store.AckResult, error) {
 	if c.dead.Load() {
 		return store.AckResult{}, errCrashed
 	}
-	return c.Store.AckAgain(ctx, t, owner, ids)
+	return c.Store.AckAgain(ctx, t, owner, leaseUntil, ids)
 }
 
 func (c *crashable) Retry(ctx context.Context, t store.Token, r []store.Retry) (store.WriteResult, error) {

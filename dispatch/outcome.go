@@ -181,7 +181,7 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 			if again {
 				// The earlier try may have applied: its rows are ours, not conflicts.
 				ack = func(ctx context.Context, t store.Token, ids []int64) (store.AckResult, error) {
-					return p.store.AckAgain(ctx, t, p.cfg.Owner, ids)
+					return p.store.AckAgain(ctx, t, p.cfg.Owner, claim.LeaseUntil, ids)
 				}
 			}
 			res, err := ack(wctx, t, o.acks)

@@ -27,7 +27,7 @@ type Store interface {
 	ClaimOrdered(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, cur *store.KeyCursor) (store.Claim, error)
 	Ack(ctx context.Context, token store.Token, ids []int64) (store.AckResult, error)
 	// AckAgain is Ack sent again after a try whose answer was lost (outcome.go).
-	AckAgain(ctx context.Context, token store.Token, owner string, ids []int64) (store.AckResult, error)
+	AckAgain(ctx context.Context, token store.Token, owner string, leaseUntil time.Time, ids []int64) (store.AckResult, error)
 	Retry(ctx context.Context, token store.Token, retries []store.Retry) (store.WriteResult, error)
 	Defer(ctx context.Context, token store.Token, deferrals []store.Deferral, maxDefer time.Duration) (store.DeferResult, error)
 	Fail(ctx context.Context, token store.Token, failures []store.Failure) (store.FailResult, error)

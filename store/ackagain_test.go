@@ -37,7 +37,7 @@ func TestAnAcknowledgementSentAgainTellsItsOwnEarlierWriteFromATakeOver(t *testi
 		t.Fatalf("the other replica's ack: %+v %v", res, err)
 	}
 
-	res, err := f.store.AckAgain(f.ctx, c.Token, "replica-test", ids)
+	res, err := f.store.AckAgain(f.ctx, c.Token, "replica-test", c.LeaseUntil, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,5 +50,46 @@ func TestAnAcknowledgementSentAgainTellsItsOwnEarlierWriteFromATakeOver(t *testi
 	}
 	if r := f.row(t, ids[4]); r.Status != "pending" {
 		t.Errorf("reclaimed row: %+v, want it left pending", r)
+	}
+}
+
+// TestAnAcknowledgementSentAgainRefusesRowsItsOwnReplicaClaimedAgain: a replica whose
+// lease ran out (its batch stalled past lease_until) and whose rows it then claimed
+// again itself, and delivered, did not deliver them under this claim: sending this
+// claim's acknowledgement again must count them as lease conflicts, not as its own
+// earlier write, or the same delivery would be counted twice.
+func TestAnAcknowledgementSentAgainRefusesRowsItsOwnReplicaClaimedAgain(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.insert(t, "orders", 3)
+	c := f.claim(t, "orders", 3) // owner replica-test
+	ids := c.IDs()
+
+	// The batch stalls past its lease; the rows are reclaimed and this same replica
+	// claims them again and delivers them under the new claim.
+	if _, err := f.pg.Pool.Exec(f.ctx, `UPDATE `+f.pg.Table.Qualified()+` SET lease_until = now() - interval '1 second'
+		WHERE id = ANY($1)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	var lapsed time.Time // the first claim's lease, as the database now holds it
+	if err := f.pg.Pool.QueryRow(f.ctx, `SELECT max(lease_until) FROM `+f.pg.Table.Qualified()+` WHERE id = ANY($1)`, ids).Scan(&lapsed); err != nil {
+		t.Fatal(err)
+	}
+	if reclaimed, err := f.store.Reclaim(f.ctx, 100); err != nil || len(reclaimed) != 3 {
+		t.Fatalf("reclaim: %d rows, %v; want 3", len(reclaimed), err)
+	}
+	again := f.claim(t, "orders", 3)
+	if res, err := f.store.Ack(f.ctx, again.Token, again.IDs()); err != nil || res.Changed != 3 {
+		t.Fatalf("the second claim's ack: %+v %v", res, err)
+	}
+
+	// The stalled batch's acknowledgement, sent again after its first try timed out.
+	res, err := f.store.AckAgain(f.ctx, c.Token, "replica-test", lapsed, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed != 0 || res.Already != 0 || res.Refused != 3 {
+		t.Errorf("ack again: changed %d, already %d, refused %d; want 3 refused: the rows were delivered "+
+			"under the replica's second claim, not by this one", res.Changed, res.Already, res.Refused)
 	}
 }

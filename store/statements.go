@@ -89,12 +89,18 @@ RETURNING CASE WHEN isfinite(m.created_at) THEN (extract(epoch FROM now() - m.cr
 // ackAgainSQL: ackSQL sent again after a try whose answer never came, which the database
 // may have applied. The rows that try delivered are no longer leased, so the lease check
 // refuses them; they are told apart from rows another replica took over by what they
-// carry: delivered, claimed last by this owner ($3). A row taken over was claimed again
-// under the other replica's owner, or waits pending, or is leased under another token.
+// carry: delivered, claimed last by this owner ($3), and published no later than this
+// claim's lease ran out ($4, the database's own lease_until of the claim). A row taken
+// over was claimed again under another owner, or waits pending, or is leased under
+// another token; a row this same replica claimed again could only be reclaimed after
+// that lease ran out (the reclaim's predicate), so its delivery is later and it stays
+// refused. An earlier try applied after the lease ran out but before any reclaim is
+// refused too: a conflict counted that did not happen, never a delivery counted twice.
 // The scan of the table sees the rows as they were before the CTE's UPDATE (one
 // snapshot), so a row this statement itself delivers is counted once, as acknowledged.
-// Parameters: $1 ids, $2 token, $3 owner. Returns per row: the lag in µs as ackSQL
-// (acknowledged now), or already = true (delivered by the earlier try).
+// Parameters: $1 ids, $2 token, $3 owner, $4 the claim's lease_until. Returns per row:
+// the lag in µs as ackSQL (acknowledged now), or already = true (delivered by the
+// earlier try).
 const ackAgainSQL = `
 WITH acked AS (
     UPDATE {{table}} AS m
@@ -107,7 +113,8 @@ WITH acked AS (
 SELECT lag_us, false FROM acked
 UNION ALL
 SELECT NULL, true FROM {{table}} AS m
-WHERE m.id = ANY($1::bigint[]) AND m.status = 'delivered' AND m.owner = $3`
+WHERE m.id = ANY($1::bigint[]) AND m.status = 'delivered' AND m.owner = $3
+  AND m.published_at <= $4`
 
 // releaseSQL: hand rows back unchanged, claimable at once. Parameters: $1 ids, $2 token.
 const releaseSQL = `

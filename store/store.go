@@ -229,19 +229,18 @@ type AckResult struct {
 // timeout, a connection lost while waiting), which the database may have applied. A
 // row that try delivered is no longer leased under token, so Ack would refuse it as if
 // the lease had moved on; AckAgain counts it in Already instead when the row is
-// delivered and was claimed last by owner, the replica presenting the token. Rows
-// another replica took over stay refused.
-//
-// Owner names a replica, not a claim: a row this replica itself claimed again after
-// its lease expired, and delivered, also counts as Already.
-func (s *Store) AckAgain(ctx context.Context, token Token, owner string, ids []int64) (AckResult, error) {
+// delivered, was claimed last by owner, the replica presenting the token, and was
+// published by the time leaseUntil (the claim's LeaseUntil) passed. Rows another
+// replica took over stay refused, and so do rows this replica itself claimed again
+// after the lease ran out and delivered: they were not this claim's to deliver.
+func (s *Store) AckAgain(ctx context.Context, token Token, owner string, leaseUntil time.Time, ids []int64) (AckResult, error) {
 	if s.sql.ackAgain == "" {
 		return s.Ack(ctx, token, ids)
 	}
 	if len(ids) == 0 {
 		return AckResult{}, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql.ackAgain, ids, token, owner)
+	rows, err := s.pool.Query(ctx, s.sql.ackAgain, ids, token, owner, leaseUntil)
 	if err != nil {
 		return AckResult{}, fmt.Errorf("ack %d rows again in %s: %w", len(ids), s.table, err)
 	}
