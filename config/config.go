@@ -98,9 +98,12 @@ type Stream struct {
 	// (docs/ordering.md).
 	Ordered bool `yaml:"ordered"`
 	// Flow lets the stream's pipeline poll every millisecond while producers notify it
-	// more than 500 times a second, holding a lock that stops their inserts from
+	// more than FlowRate times a second, holding a lock that stops their inserts from
 	// notifying, which PostgreSQL would commit one at a time (dispatch/flow.go).
-	Flow       bool       `yaml:"flow"`
+	Flow bool `yaml:"flow"`
+	// FlowRate is how many notifications a second start a flow. Tests and small
+	// deployments lower it to make a flow (and its failure modes) reachable.
+	FlowRate   int        `yaml:"flow_rate"`
 	DeadLetter DeadLetter `yaml:"dead_letter"`
 }
 
@@ -240,6 +243,7 @@ func DefaultStream() Stream {
 		BackoffMax:     5 * time.Minute,
 		MaxAttempts:    10,
 		Flow:           true,
+		FlowRate:       500,
 	}
 }
 

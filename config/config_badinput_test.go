@@ -58,6 +58,8 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 		// Sizes.
 		{"A negative batch size is refused", "", []string{"OUTBOXD_STREAMS__ORDERS__BATCH_SIZE=-1"},
 			"streams.orders.batch_size", "must be between 1 and 10000, got -1"},
+		{"A flow rate of zero is refused", "", []string{"OUTBOXD_STREAMS__ORDERS__FLOW_RATE=0"},
+			"streams.orders.flow_rate", "must be between 1 and 1000000, got 0"},
 		{"A negative concurrency is refused", "", []string{"OUTBOXD_STREAMS__SHIPMENTS__CONCURRENCY=-2"},
 			"streams.shipments.concurrency", "must be between 1 and 64, got -2"},
 		{"A negative attempt budget is refused", "", []string{"OUTBOXD_STREAMS__ORDERS__MAX_ATTEMPTS=-3"},

@@ -215,6 +215,7 @@ func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver, 
 			formatDuration(s.BackoffInitial), formatDuration(s.BackoffMax))
 	}
 	v.intRange(k("max_attempts"), s.MaxAttempts, 1, 1000)
+	v.intRange(k("flow_rate"), s.FlowRate, 1, 1_000_000)
 	if s.MaxDefer != 0 && s.MaxDefer < time.Second {
 		v.add(k("max_defer"), "must be 0 (unbounded) or at least 1s, got %s", formatDuration(s.MaxDefer))
 	}

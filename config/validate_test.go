@@ -57,6 +57,7 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"A zero initial backoff is a problem.", stream(func(s *Stream) { s.BackoffInitial = 0 }), "streams.orders.backoff_initial", "positive"},
 		{"A maximum backoff under the initial one is a problem.", stream(func(s *Stream) { s.BackoffMax = 500 * time.Millisecond }), "streams.orders.backoff_max", "at least backoff_initial (1s)"},
 		{"More than 1000 attempts is a problem.", stream(func(s *Stream) { s.MaxAttempts = 1001 }), "streams.orders.max_attempts", "between 1 and 1000"},
+		{"A flow rate of 0 is a problem.", stream(func(s *Stream) { s.FlowRate = 0 }), "streams.orders.flow_rate", "between 1 and 1000000"},
 		{"A max defer under 1s is a problem.", stream(func(s *Stream) { s.MaxDefer = time.Millisecond }), "streams.orders.max_defer", "0 (unbounded) or at least 1s"},
 		{"A dead-letter driver without a topic is a problem.", stream(func(s *Stream) { s.DeadLetter.Driver = "bus" }), "streams.orders.dead_letter.topic", "required when dead_letter.driver is set"},
 		{"A dead-letter topic without a driver is a problem.", stream(func(s *Stream) { s.DeadLetter.Topic = "dlq" }), "streams.orders.dead_letter.driver", "required when dead_letter.topic is set"},

@@ -176,6 +176,23 @@ func TestAStreamWithFlowOffRunsAPipelineThatNeverFlows(t *testing.T) {
 	}
 }
 
+func TestAStreamsFlowRateReachesItsPipeline(t *testing.T) {
+	t.Parallel()
+	for value, want := range map[string]int{"": 500, "20": 20} {
+		env := []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink"}
+		if value != "" {
+			env = append(env, "OUTBOXD_STREAMS__ORDERS__FLOW_RATE="+value)
+		}
+		cfg, err := config.Load("", env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pipelineConfig("orders", cfg.Streams["orders"], "r").FlowRate; got != want {
+			t.Errorf("streams.orders.flow_rate %q: the pipeline's FlowRate is %d, want %d", value, got, want)
+		}
+	}
+}
+
 // TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes: the pipelines'
 // sessions run with synchronous_commit off, the rest keep the server's setting, and a
 // database_url that sets it is obeyed.
