@@ -187,6 +187,9 @@ func soakFaults() []soakFault {
 		if s.ordered { // the soak's streams are not ordered
 			continue
 		}
+		if s.proxyPerReplica { // the soak's replicas share one database proxy
+			continue
+		}
 		switch sc.name {
 		case "migrate-race": // needs an empty database
 		case "jetstream-full":

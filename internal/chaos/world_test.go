@@ -67,6 +67,12 @@ type settings struct {
 	// keys is how many distinct keys the producers write, all together (16 per
 	// producer when 0).
 	keys int
+	// proxyPerReplica gives each replica slot a database proxy of its own
+	// (world.dbProxy), so a fault can reach one replica's path alone; else every
+	// replica shares pgProxy.
+	proxyPerReplica bool
+	// flowRate is streams.<name>.flow_rate (0: the default).
+	flowRate int
 }
 
 func defaultSettings(f form) settings {
@@ -87,9 +93,10 @@ type world struct {
 	set settings
 	dir string
 
-	db      database
-	pool    *pgxpool.Pool // direct, for producers and the harness
-	pgProxy *chaos.Proxy
+	db          database
+	pool        *pgxpool.Pool // direct, for producers and the harness
+	pgProxy     *chaos.Proxy
+	slotProxies map[string]*chaos.Proxy // slot → its own database proxy (proxyPerReplica)
 
 	kafka      *testenv.Kafka
 	kafkaProxy *chaos.Proxy
@@ -123,6 +130,12 @@ func newWorld(t *testing.T, ctx context.Context, f form, sc *scenario) *world {
 
 	w.db = scenarioDatabase(t, sc.name, sc.ownServer)
 	w.pgProxy = newProxy(t, w.db.addr)
+	if w.set.proxyPerReplica {
+		w.slotProxies = map[string]*chaos.Proxy{}
+		for i := 1; i <= w.set.replicas; i++ {
+			w.slotProxies["r"+strconv.Itoa(i)] = newProxy(t, w.db.addr)
+		}
+	}
 	if !sc.emptyDB {
 		must(t, migrations.Plain.Up(ctx, w.db.dsn, outboxName))
 	}
@@ -200,13 +213,22 @@ func (w *world) storedBytesPerMessage(js jetstream.JetStream) int64 {
 	return int64(info.State.Bytes)
 }
 
-// replicaDatabaseURL is the database URL through the proxy, with the replica's id as
-// application_name, so pg_stat_activity and pg_locks tell which replica a backend
+// dbProxy is the proxy between slot's replica and PostgreSQL: its own with
+// proxyPerReplica, else the one every replica shares.
+func (w *world) dbProxy(slot string) *chaos.Proxy {
+	if p := w.slotProxies[slot]; p != nil {
+		return p
+	}
+	return w.pgProxy
+}
+
+// replicaDatabaseURL is the database URL through slot's proxy, with the replica's id
+// as application_name, so pg_stat_activity and pg_locks tell which replica a backend
 // serves.
-func (w *world) replicaDatabaseURL(id string) string {
+func (w *world) replicaDatabaseURL(slot, id string) string {
 	u, err := url.Parse(w.db.dsn)
 	must(w.t, err)
-	u.Host = w.pgProxy.Addr()
+	u.Host = w.dbProxy(slot).Addr()
 	q := u.Query()
 	q.Set("application_name", id)
 	u.RawQuery = q.Encode()
@@ -228,6 +250,9 @@ func (w *world) writeConfig() {
 		}
 		if s.ordered {
 			m["ordered"] = true
+		}
+		if s.flowRate > 0 {
+			m["flow_rate"] = s.flowRate
 		}
 		if prefix != "" {
 			m["topic_prefix"] = prefix
@@ -283,7 +308,7 @@ func (w *world) startReplica(slot string, migrate bool, gate string) *replica {
 	}
 	w.mu.Unlock()
 	r, err := startReplica(replicaSpec{bin: outboxdBinary(w.t), config: w.config, slot: slot, id: id, dir: w.dir,
-		migrate: migrate, gate: gate, databaseURL: w.replicaDatabaseURL(id)})
+		migrate: migrate, gate: gate, databaseURL: w.replicaDatabaseURL(slot, id)})
 	must(w.t, err)
 	w.mu.Lock()
 	w.replicas[slot] = r
