@@ -35,6 +35,7 @@ func scenarios() []scenario {
 		jetstreamFull(),
 		deadLetterDown(),
 		orderedUnderFaults(),
+		flowingReplicaStalled(),
 	}
 }
 

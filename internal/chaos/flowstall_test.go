@@ -1,0 +1,207 @@
+//go:build linux
+
+package chaos_test
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// flowLockClass is the first key of a stream's flow lock ("obxf",
+// migrations/0003_flow.up.sql), as pg_locks shows it in classid.
+const flowLockClass = 0x6f627866
+
+const (
+	// flowStallMin is the shortest stall: longer than flowStallBound, so that a lock
+	// kept for the whole stall shows as latency past the bound.
+	flowStallMin = 15 * time.Second
+	// flowStallBound is the longest a message committed during the stall may wait to
+	// be delivered. The server ends the silent holder's session store.FlowLockIdle (3 s)
+	// after the last statement it heard; the next insert of the stream notifies the
+	// others, whose claim takes every row waiting; a publish takes at most
+	// publish_timeout (2 s CI, 5 s full). 10 s leaves the rest for a loaded CI machine
+	// and is far below what the other bounds would give: the stall's length (the
+	// holder's path comes back) and poll_interval (60 s here).
+	flowStallBound = 10 * time.Second
+	// flowStallPoll is the scenario's poll_interval: long, so that only notifications
+	// bring messages out quickly.
+	flowStallPoll = 60 * time.Second
+)
+
+// flowingReplicaStalled stalls the database path of a replica that holds a stream's
+// flow lock. While the lock is held, producers' inserts of the stream notify nobody, and
+// the parked replicas would hear of those messages only at their next poll. A stalled
+// path neither answers nor closes, so neither TCP keepalive (the proxy's kernel answers
+// the probes) nor a closed socket frees the lock; the lock's session timeout must.
+func flowingReplicaStalled() scenario {
+	var (
+		stalled  *replica
+		streams  []string      // the streams whose flow lock it held when stalled
+		released time.Duration // from the stall until the server freed its flow locks; 0: held throughout
+	)
+	return scenario{
+		name: "flowing-replica-stalled",
+		about: "stall the database path (bytes held, nothing closed) of the replica holding a flow lock while producers commit; " +
+			"poll_interval 60s: the others must deliver what is committed meanwhile within seconds",
+		tune: func(s *settings) {
+			s.proxyPerReplica = true
+			// The producers notify each stream about 20 times a second in the CI form:
+			// a flow must start at that rate.
+			s.flowRate = 5
+			s.pollInterval = flowStallPoll
+		},
+		fault: func(w *world) error {
+			stall := max(w.f.outage, flowStallMin)
+			var err error
+			if stalled, streams, err = stallFlowHolder(w); err != nil {
+				return err
+			}
+			w.note("%s stalled holding the flow lock of %s", stalled.id, strings.Join(streams, ", "))
+			for time.Since(w.faultStart) < stall {
+				held, err := w.flowHolders()
+				if err != nil {
+					return err
+				}
+				if len(held[stalled.id]) == 0 {
+					released = time.Since(w.faultStart)
+					break
+				}
+				if err := w.hold(50 * time.Millisecond); err != nil {
+					return err
+				}
+			}
+			if rest := stall - time.Since(w.faultStart); rest > 0 {
+				if err := w.hold(rest); err != nil {
+					return err
+				}
+			}
+			w.dbProxy(stalled.slot).Restore()
+			w.markFaultEnd()
+			// The rows the stalled replica had leased are reclaimed by the janitors once
+			// their lease expires, but nothing announces a reclaimed row: once production
+			// ended they would wait for a 60 s poll. Producers go on for a lease and two
+			// janitor cycles more, and their notifications bring those rows out too.
+			return w.hold(w.set.leaseTTL + 2*w.set.janitorT + time.Second)
+		},
+		expect: func(w *world, o *outcome) error {
+			lat, err := w.deliveryLatency(w.faultStart, w.faultEnd)
+			if err != nil {
+				return err
+			}
+			stall := w.faultEnd.Sub(w.faultStart).Round(100 * time.Millisecond)
+			if released > 0 {
+				w.note("the server ended %s's flow lock session %s into the %s stall", stalled.id, released.Round(100*time.Millisecond), stall)
+			} else {
+				w.note("%s's flow lock was held for the whole %s stall", stalled.id, stall)
+			}
+			w.note("%d messages committed during the stall, %d delivered; commit to delivery: max %s, p99 %s (bound %s)",
+				lat.committed, lat.delivered, lat.max.Round(10*time.Millisecond), lat.p99.Round(10*time.Millisecond), flowStallBound)
+			var errs []error
+			if lat.committed == 0 {
+				errs = append(errs, errors.New("nothing was committed during the stall: it proved nothing"))
+			}
+			if lat.max > flowStallBound {
+				errs = append(errs, fmt.Errorf("a message committed during the stall took %s to be delivered; want at most %s",
+					lat.max.Round(10*time.Millisecond), flowStallBound))
+			}
+			if released == 0 {
+				errs = append(errs, fmt.Errorf("%s's flow lock outlived its %s stall", stalled.id, stall))
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+// stallFlowHolder stalls the database proxy of a replica that holds a flow lock and
+// returns it with the streams whose lock it holds once stalled (a replica whose flow
+// ended between the look and the stall is restored and the attempt repeated).
+func stallFlowHolder(w *world) (*replica, []string, error) {
+	for attempt := 1; attempt <= 30; attempt++ {
+		var holder *replica
+		err := w.await("a replica to hold a flow lock", w.f.drainTimeout, func() (bool, error) {
+			held, err := w.flowHolders()
+			if err != nil {
+				return false, err
+			}
+			for _, r := range w.live() {
+				if len(held[r.id]) > 0 {
+					holder = r
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		p := w.dbProxy(holder.slot)
+		if p == w.pgProxy {
+			return nil, nil, errors.New("the replicas share one database proxy: stalling it would stall them all (set proxyPerReplica)")
+		}
+		p.Stall()
+		w.markFaultStart()
+		held, err := w.flowHolders()
+		if err != nil {
+			p.Restore()
+			return nil, nil, err
+		}
+		if s := held[holder.id]; len(s) > 0 {
+			return holder, s, nil
+		}
+		p.Restore()
+	}
+	return nil, nil, errors.New("never caught a replica holding a flow lock in 30 stalls")
+}
+
+// flowHolders lists, by replica id, the streams whose flow lock a replica's session
+// holds now.
+func (w *world) flowHolders() (map[string][]string, error) {
+	keys := make([]string, len(allStreams))
+	for i, s := range allStreams {
+		keys[i] = outboxName.FlowLockKey(s)
+	}
+	rows, err := w.pool.Query(w.ctx, `SELECT a.application_name, k.stream
+		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		JOIN unnest($2::text[], $3::text[]) AS k(stream, key) ON l.objid = hashtext(k.key)::oid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' AND l.classid = $1
+		  AND a.datname = current_database()`, flowLockClass, allStreams, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var id, stream string
+		if err := rows.Scan(&id, &stream); err != nil {
+			return nil, err
+		}
+		out[id] = append(out[id], stream)
+	}
+	for _, s := range out {
+		sort.Strings(s)
+	}
+	return out, rows.Err()
+}
+
+// latency is how long the messages committed in a span took to be delivered, from
+// their insert to their acknowledgement, both on the database's clock.
+type latency struct {
+	committed, delivered int
+	max, p99             time.Duration
+}
+
+// deliveryLatency measures the messages inserted between from and to.
+func (w *world) deliveryLatency(from, to time.Time) (latency, error) {
+	var l latency
+	var maxS, p99S float64
+	err := w.pool.QueryRow(w.ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'delivered'),
+			coalesce(extract(epoch FROM max(published_at - created_at)), 0)::float8,
+			coalesce(extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY published_at - created_at)), 0)::float8
+		FROM `+outboxName.Qualified()+` WHERE created_at >= $1 AND created_at < $2`, from, to).
+		Scan(&l.committed, &l.delivered, &maxS, &p99S)
+	l.max, l.p99 = time.Duration(maxS*float64(time.Second)), time.Duration(p99S*float64(time.Second))
+	return l, err
+}
