@@ -81,9 +81,8 @@ func (l Layout) sqlFiles() (fs.FS, []string, error) {
 // the qualified table and objects derived from it ("messages_<suffix>", qualified or not).
 // One pattern, applied in a single pass, so a substituted name is never substituted again.
 var (
-	defaultNames  = regexp.MustCompile(`'outbox\.messages'|\bSCHEMA IF NOT EXISTS outbox\b|\boutbox\.messages(_[a-z0-9_]+)?\b|\bmessages(_[a-z0-9_]+)\b`)
-	versionPrefix = regexp.MustCompile(`^(\d+)_[a-z0-9_]+\.(up|down)\.sql$`)
-	versionName   = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
+	defaultNames = regexp.MustCompile(`'outbox\.messages'|\bSCHEMA IF NOT EXISTS outbox\b|\boutbox\.messages(_[a-z0-9_]+)?\b|\bmessages(_[a-z0-9_]+)\b`)
+	versionName  = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
 )
 
 // Render returns the plain layout's migration files with the default names replaced by n's.
@@ -141,27 +140,14 @@ func Versions() ([]uint, error) { return Plain.Versions() }
 
 // Versions lists the layout's migration versions in ascending order.
 func (l Layout) Versions() ([]uint, error) {
-	_, names, err := l.sqlFiles()
+	all, err := l.Migrations()
 	if err != nil {
 		return nil, err
 	}
-	seen := map[uint]bool{}
-	for _, name := range names {
-		m := versionPrefix.FindStringSubmatch(name)
-		if m == nil {
-			return nil, fmt.Errorf("migration file %s does not follow <version>_<name>.(up|down).sql", name)
-		}
-		v, err := strconv.ParseUint(m[1], 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("migration file %s: %w", name, err)
-		}
-		seen[uint(v)] = true
+	versions := make([]uint, len(all))
+	for i, m := range all {
+		versions[i] = m.Version
 	}
-	versions := make([]uint, 0, len(seen))
-	for v := range seen {
-		versions = append(versions, v)
-	}
-	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
 	return versions, nil
 }
 
