@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -243,13 +242,7 @@ type requeueProgress struct {
 }
 
 func newRequeueProgress(w io.Writer) *requeueProgress {
-	p := &requeueProgress{w: w}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			p.terminal = true
-		}
-	}
-	return p
+	return &requeueProgress{w: w, terminal: isTerminal(w)}
 }
 
 func (p *requeueProgress) update(s string) {
