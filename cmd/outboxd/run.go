@@ -81,11 +81,7 @@ func runCmd(ctx context.Context, e env) error {
 	err = d.run(ctx)
 	// The admin endpoints stop last, so /metrics and /healthz answer during the drain.
 	err = errors.Join(err, stopAdmin())
-	if err != nil {
-		logger.Info("outboxd stopped", "err", err)
-	} else {
-		logger.Info("outboxd stopped")
-	}
+	logger.Info("outboxd stopped", "err", err) // a nil err is left out (replaceAttr)
 	return err
 }
 
