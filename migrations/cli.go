@@ -20,7 +20,7 @@ import (
 // records the version in schema_migrations on the search path, which outboxd never reads.
 // The CLI creates the version table but not its schema: n's schema must exist first.
 func CLIOptions(n table.Name) string {
-	quoted := table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable())
+	quoted := n.QualifiedMigrationsTable()
 	return "x-migrations-table=" + url.QueryEscape(quoted) + "&x-migrations-table-quoted=1"
 }
 
@@ -55,14 +55,14 @@ func unrecorded(ctx context.Context, db *sql.DB, n table.Name) error {
 	// Which of the three tables exist; a missing one is NULL, never an error.
 	var outbox, ours, cli sql.NullString
 	err := db.QueryRowContext(ctx, `SELECT to_regclass($1)::text, to_regclass($2)::text, to_regclass('schema_migrations')::text`,
-		n.Qualified(), table.Quote(n.Schema)+"."+table.Quote(n.MigrationsTable())).
+		n.Qualified(), n.QualifiedMigrationsTable()).
 		Scan(&outbox, &ours, &cli)
 	if err != nil || !outbox.Valid || !cli.Valid {
 		return nil // a diagnosis only: the caller's own error stands
 	}
 	if ours.Valid {
 		var recorded bool
-		q := "SELECT EXISTS (SELECT FROM " + table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable()) + ")"
+		q := "SELECT EXISTS (SELECT FROM " + n.QualifiedMigrationsTable() + ")"
 		if err := db.QueryRowContext(ctx, q).Scan(&recorded); err != nil || recorded {
 			return nil
 		}

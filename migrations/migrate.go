@@ -58,7 +58,7 @@ func (l Layout) Open(ctx context.Context, dsn string, n table.Name) (*Migrator, 
 		return fail(fmt.Errorf("migrate: create schema %s: %w", n.Schema, err))
 	}
 	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{
-		MigrationsTable:       table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable()),
+		MigrationsTable:       n.QualifiedMigrationsTable(),
 		MigrationsTableQuoted: true,
 	})
 	if err != nil {

@@ -28,7 +28,7 @@ func newStatements(n table.Name) statements {
 		backlog:           render(backlogSQL, n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
-		schemaVersion: `SELECT version, dirty FROM ` + table.Quote(n.Schema) + "." + table.Quote(n.MigrationsTable()) +
+		schemaVersion: `SELECT version, dirty FROM ` + n.QualifiedMigrationsTable() +
 			` LIMIT 1`,
 	}
 }

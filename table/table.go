@@ -92,7 +92,12 @@ func (n Name) ListenChannel() string { return Quote(n.Channel()) }
 
 // MigrationsTable is the unquoted name of the table golang-migrate keeps its version in;
 // it lives in the outbox schema so that each outbox table migrates independently.
-func (n Name) MigrationsTable() string { return n.Table + "_schema_migrations" }
+func (n Name) MigrationsTable() string { return n.Table + "_" + migrationsSuffix }
+
+// QualifiedMigrationsTable is MigrationsTable quoted and schema-qualified, for SQL.
+func (n Name) QualifiedMigrationsTable() string { return n.Derived(migrationsSuffix) }
+
+const migrationsSuffix = "schema_migrations"
 
 // AdvisoryLockKey names the table for advisory locks; callers hash it with hashtext().
 func (n Name) AdvisoryLockKey() string { return "outboxd:" + n.Schema + "." + n.Table }
