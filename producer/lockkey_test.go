@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
@@ -175,15 +173,7 @@ func TestTheGoKeyLockAndTheDocumentedSQLLockExcludeEachOther(t *testing.T) {
 // LockKey, the shorthand on outbox.messages, takes the same lock as the documented SQL.
 func TestThePackageLevelLockKeyExcludesTheDocumentedSQL(t *testing.T) {
 	t.Parallel()
-	dsn := testenv.EmptyDatabase(t)
-	if err := migrations.Up(ctx(t), dsn, table.Default); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx(t), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	dsn, pool := defaultTableDatabase(t)
 	e := setupOn(t, &testenv.PG{DSN: dsn, Table: table.Default, Pool: pool}, table.Default)
 	x := e.beginPgx(t)
 	if err := producer.LockKey(ctx(t), x.pgx, docStream, docKey); err != nil {

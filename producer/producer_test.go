@@ -222,15 +222,7 @@ func TestNewRefusesATableNameThatIsNotAPlainIdentifier(t *testing.T) {
 
 func TestThePackageFunctionsWriteToOutboxMessages(t *testing.T) {
 	t.Parallel()
-	dsn := testenv.EmptyDatabase(t)
-	if err := migrations.Up(ctx(t), dsn, table.Default); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx(t), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	dsn, pool := defaultTableDatabase(t)
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

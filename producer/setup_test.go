@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/table"
 )
@@ -199,4 +201,20 @@ func (e *env) count(t testing.TB, n table.Name) int {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// defaultTableDatabase is a database of its own with outbox.messages migrated, for the
+// package-level functions, which always write there; with a pool on it.
+func defaultTableDatabase(t *testing.T) (dsn string, pool *pgxpool.Pool) {
+	t.Helper()
+	dsn = testenv.EmptyDatabase(t)
+	if err := migrations.Up(ctx(t), dsn, table.Default); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return dsn, pool
 }
