@@ -271,6 +271,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			if err != nil && ctx.Err() == nil {
 				claimFailures++
 				p.emit.Emit(events.ClaimFailed{Stream: p.cfg.Stream, Err: err})
+				if errors.Is(err, context.DeadlineExceeded) {
+					// Its own deadline (p.claim) abandoned it; the database may have
+					// applied it all the same. Say under which token, so that the rows
+					// it leased can be told from a stale write-back's.
+					p.log.Warn("claim abandoned at its deadline; any rows the database leased to it wait for their lease to expire",
+						"lease_token", claim.Token.String())
+				}
 				if claimFailures == 1 || claimFailures%30 == 0 {
 					p.log.Error("claim failed", "err", err, "consecutive", claimFailures)
 				}

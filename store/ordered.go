@@ -137,7 +137,7 @@ func (s *Store) ClaimOrdered(ctx context.Context, stream string, limit int, owne
 		want := limit - len(c.Messages)
 		heads, last, err := s.claimOrdered(ctx, sql, stream, want, owner, ttl, after, &c)
 		if err != nil {
-			return Claim{}, err
+			return Claim{Token: c.Token}, err // see Claim: rows may be leased under it
 		}
 		// A walk that found a full set of heads stopped early: the next one resumes
 		// after the last of them. Otherwise it reached the last key, and the next walk

@@ -151,7 +151,10 @@ func (s *Store) Table() table.Name { return s.table }
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Claim leases up to limit available pending rows of stream to owner for ttl, oldest
-// availability first. An empty claim is not an error.
+// availability first. An empty claim is not an error. A claim that fails once its
+// statement was sent (its context ended, the connection broke) returns the token it
+// leased under with the error: the database may have applied it, leaving rows leased
+// under that token until their lease expires.
 func (s *Store) Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (Claim, error) {
 	if limit <= 0 {
 		return Claim{}, fmt.Errorf("claim %s: limit must be positive, got %d", stream, limit)
@@ -162,7 +165,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 	c := Claim{Token: NewToken()}
 	rows, err := s.pool.Query(ctx, s.sql.claim, stream, limit, c.Token, owner, ttl.Milliseconds())
 	if err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", stream, err)
+		return Claim{Token: c.Token}, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	c.Messages = make([]Message, 0, limit)
 	var deferred *time.Time
@@ -172,7 +175,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
 			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
 			rows.Close()
-			return Claim{}, fmt.Errorf("claim %s: read row: %w", stream, err)
+			return Claim{Token: c.Token}, fmt.Errorf("claim %s: read row: %w", stream, err)
 		}
 		m.Stream, m.CreatedAt = stream, finiteTime(created)
 		if deferred != nil {
@@ -181,7 +184,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		c.Messages = append(c.Messages, m)
 	}
 	if err := rows.Err(); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", stream, err)
+		return Claim{Token: c.Token}, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	return c, nil
 }
