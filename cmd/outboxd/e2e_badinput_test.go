@@ -490,15 +490,28 @@ func TestEveryMalformedRowFailsAloneWithItsReasonWhileItsBatchAndStreamFlow(t *t
 		if stream == "ordres" {
 			continue
 		}
-		found := false
-		for _, e := range ev.snapshot() {
-			if it, ok := e.(events.Iteration); ok && it.Stream == stream && it.Claimed == n.due {
-				found = it.Published == n.due-n.bad && it.Failed == n.bad && it.Retried == 0 && it.Deferred == 0
-				if !found {
-					t.Errorf("stream %s: the batch of all %d due rows went %+v; want %d published and %d failed",
-						stream, n.due, it, n.due-n.bad, n.bad)
+		// The rows are written back before their iteration's event is emitted (after
+		// each failure's own events), so the rows' states above can be final while the
+		// event is still on its way: wait for it, a few seconds at most.
+		var batch events.Iteration
+		seen := false
+		for wait := time.Now().Add(10 * time.Second); !seen && time.Now().Before(wait); {
+			for _, e := range ev.snapshot() {
+				if it, ok := e.(events.Iteration); ok && it.Stream == stream && it.Claimed == n.due {
+					batch, seen = it, true
+					break
 				}
-				break
+			}
+			if !seen {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		found := false
+		if seen {
+			found = batch.Published == n.due-n.bad && batch.Failed == n.bad && batch.Retried == 0 && batch.Deferred == 0
+			if !found {
+				t.Errorf("stream %s: the batch of all %d due rows went %+v; want %d published and %d failed",
+					stream, n.due, batch, n.due-n.bad, n.bad)
 			}
 		}
 		if !found {
