@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func (a *adminServer) listen(cfg *config.Config, metrics http.Handler, logger *s
 }
 
 // serve switches the listener to the full admin endpoints of d.
-func (a *adminServer) serve(cfg *config.Config, d *dispatcher, metrics http.Handler, logger *slog.Logger) {
+func (a *adminServer) serve(cfg *config.Config, d *Dispatcher, metrics http.Handler, logger *slog.Logger) {
 	if cfg.HTTP.Addr == "" {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -11,22 +11,29 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
 )
+
+// ErrReported fails a command that has already printed why, one line per problem.
+var ErrReported = errors.New("problems reported")
 
 // probeTimeout bounds each dial and question of config check --connect.
 const probeTimeout = 10 * time.Second
 
-// connectCheck dials the database and every driver and asks each driver whether the
-// destinations its streams publish to exist (router.Prober). It prints one line per
-// problem, each saying what to do, and fails with errReported; or a short summary.
-func connectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) error {
+// ConnectCheck is `outboxd config check --connect`: it dials the database and every
+// driver and asks each driver whether the destinations its streams publish to exist
+// (router.Prober). It prints one line per problem, each saying what to do, and fails
+// with ErrReported; or a short summary.
+func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) error {
 	var problems, oks []string
 	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
 	dbCtx, cancel := context.WithTimeout(ctx, probeTimeout)
-	st, closeStore, err := openInspectStore(dbCtx, cfg)
+	st, closeStore, err := openStore(dbCtx, cfg)
 	cancel()
 	switch {
 	case err == nil:
@@ -95,7 +102,7 @@ func connectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 		for _, p := range problems {
 			fmt.Fprintln(stderr, p)
 		}
-		return errReported
+		return ErrReported
 	}
 	fmt.Fprintf(stdout, "OK: configuration valid; database, %d driver(s) and %d stream(s) checked\n", len(probers), len(cfg.Streams))
 	for _, ok := range oks {
@@ -140,4 +147,31 @@ func where(d config.Driver) string {
 		return strings.Join(d.Brokers, ",")
 	}
 	return d.Redacted().URL
+}
+
+// openStore connects to the configured table with a small pool and checks its schema;
+// done closes the pool.
+func openStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done func(), err error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
+	}
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connect to database: %w", err)
+	}
+	st, err := store.New(pool, cfg.Table())
+	if err == nil {
+		err = CheckSchema(ctx, st, cfg.DatabaseURL)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return st, pool.Close, nil
 }

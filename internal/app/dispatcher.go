@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -25,10 +25,10 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// dispatcher is everything `outboxd run` starts: the pool, the router with its
+// Dispatcher is everything `outboxd run` starts: the pool, the router with its
 // drivers, one pipeline per stream, the listener, janitor and samplers, and the event
 // bus with the dead-letter forwarder.
-type dispatcher struct {
+type Dispatcher struct {
 	pool  *pgxpool.Pool
 	store *store.Store
 	// pipePool and pipeStore serve the pipelines' claims and write-backs, committed
@@ -51,40 +51,47 @@ type dispatcher struct {
 	log            *slog.Logger
 }
 
-// dispatcherOptions adjust a dispatcher for callers other than `run` (demo, tests).
-type dispatcherOptions struct {
-	migrate bool
-	// subscribe, when set, adds subscribers to the bus before anything emits (metrics,
+// Options adjust a dispatcher for callers other than `run` (demo, tests).
+type Options struct {
+	// Migrate applies pending schema migrations before the schema is checked.
+	Migrate bool
+	// Subscribe, when set, adds subscribers to the bus before anything emits (metrics,
 	// the admin API's breaker board, tests).
-	subscribe func(bus *events.Bus)
-	// wrap, when set, wraps each stream's publisher (tracing; the demo times
+	Subscribe func(bus *events.Bus)
+	// Wrap, when set, wraps each stream's publisher (tracing; the demo times
 	// confirmations).
-	wrap func(stream string, p dispatch.Publisher) dispatch.Publisher
+	Wrap func(stream string, p dispatch.Publisher) dispatch.Publisher
 }
 
-// layout is the migration layout the configuration asks for.
-func layout(cfg *config.Config) migrations.Layout {
+// Store is the store of the dispatcher's general pool (janitor, samplers, admin API).
+func (d *Dispatcher) Store() *store.Store { return d.store }
+
+// Driver is the open driver configured under name, nil if none.
+func (d *Dispatcher) Driver(name string) router.Driver { return d.drivers[name] }
+
+// Layout is the migration layout the configuration asks for.
+func Layout(cfg *config.Config) migrations.Layout {
 	if cfg.Janitor.Partitions.Enabled {
 		return migrations.Partitioned
 	}
 	return migrations.Plain
 }
 
-// newDispatcher builds a dispatcher from a validated configuration. A broker that is
+// NewDispatcher builds a Dispatcher from a validated configuration. A broker that is
 // down does not stop it: drivers connect in the background and only the streams routed
 // to a missing broker wait.
-func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger, opt dispatcherOptions) (_ *dispatcher, err error) {
+func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger, opt Options) (_ *Dispatcher, err error) {
 	if err := cfg.RequireStreams(); err != nil {
 		return nil, err
 	}
 	n := cfg.Table()
-	if opt.migrate {
-		if err := layout(cfg).Up(ctx, cfg.DatabaseURL, n); err != nil {
+	if opt.Migrate {
+		if err := Layout(cfg).Up(ctx, cfg.DatabaseURL, n); err != nil {
 			return nil, err
 		}
 	}
 
-	d := &dispatcher{log: logger, bus: events.NewBus(logger)}
+	d := &Dispatcher{log: logger, bus: events.NewBus(logger)}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -105,14 +112,14 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	opts := storeOptions(cfg.Janitor)
+	opts := StoreOptions(cfg.Janitor)
 	if d.store, err = store.New(d.pool, n, opts...); err != nil {
 		return nil, err
 	}
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
-	if err := checkSchema(ctx, d.store, cfg.DatabaseURL); err != nil {
+	if err := CheckSchema(ctx, d.store, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
 	if cfg.Janitor.Partitions.Enabled {
@@ -163,8 +170,8 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 			return nil, err
 		}
 		var pub dispatch.Publisher = rp
-		if opt.wrap != nil {
-			pub = opt.wrap(stream, pub)
+		if opt.Wrap != nil {
+			pub = opt.Wrap(stream, pub)
 		}
 		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.pipeStore, pub, d.bus,
 			logger.With("driver", s.Driver))
@@ -215,8 +222,8 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	// Synchronous, so that every failure is logged or counted in its stream's summary.
 	d.failures = dispatch.NewFailureLog(0, 0, logger)
 	d.bus.Subscribe("failure-log", d.failures.Handle, events.Filter(dispatch.IsMessageFailed))
-	if opt.subscribe != nil {
-		opt.subscribe(d.bus)
+	if opt.Subscribe != nil {
+		opt.Subscribe(d.bus)
 	}
 	return d, nil
 }
@@ -258,8 +265,8 @@ func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver
 	return nil, fmt.Errorf("drivers.%s.type: unknown driver type %q", name, d.Type)
 }
 
-// checkSchema refuses to start on a schema this build does not expect, naming the fix.
-func checkSchema(ctx context.Context, st *store.Store, dsn string) error {
+// CheckSchema refuses to start on a schema this build does not expect, naming the fix.
+func CheckSchema(ctx context.Context, st *store.Store, dsn string) error {
 	v, dirty, err := st.SchemaVersion(ctx)
 	if err != nil {
 		return err
@@ -279,10 +286,10 @@ func checkSchema(ctx context.Context, st *store.Store, dsn string) error {
 	return nil
 }
 
-// run drains every stream until ctx ends, then stops in two phases: the pipelines
+// Run drains every stream until ctx ends, then stops in two phases: the pipelines
 // first (they write back and release their leases), then the listener, janitor and
 // sampler; finally it closes drivers and pool.
-func (d *dispatcher) run(ctx context.Context) error {
+func (d *Dispatcher) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
@@ -318,7 +325,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	return errors.Join(err, d.close())
 }
 
-func (d *dispatcher) close() error {
+func (d *Dispatcher) close() error {
 	var errs []error
 	for _, name := range sortedKeys(d.drivers) { // every driver once, dead-letter ones too
 		if err := d.drivers[name].Close(); err != nil {
@@ -344,9 +351,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// storeOptions are the store's options the janitor's settings call for: with retention 0
+// StoreOptions are the store's options the janitor's settings call for: with retention 0
 // nothing keeps delivered rows, so acknowledging deletes them.
-func storeOptions(j config.Janitor) []store.Option {
+func StoreOptions(j config.Janitor) []store.Option {
 	if j.Retention == 0 {
 		return []store.Option{store.WithAckByDelete()}
 	}
@@ -373,3 +380,7 @@ func pipelineSessions(base *pgxpool.Config, streams map[string]config.Stream) *p
 	}
 	return c
 }
+
+// ListenerConnected reports whether the LISTEN connection is up, so that a caller
+// timing wake-ups can wait for it.
+func (d *Dispatcher) ListenerConnected() bool { return d.listener.Connected() }

@@ -1,7 +1,6 @@
-package main
+package app
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,7 @@ func benchStream(w *world, stream string, batch int) *config.Config {
 // BenchmarkDrain measures how fast one dispatcher drains a backlog of b.N messages
 // (200-byte payloads) through each real driver, in msgs/s. Run with a fixed count:
 //
-//	go test -run '^$' -bench Drain -benchtime 20000x ./cmd/outboxd/
+//	go test -run '^$' -bench Drain -benchtime 20000x ./internal/app/
 func BenchmarkDrain(b *testing.B) {
 	streams := []struct{ driver, stream string }{{"kafka", "orders"}, {"nats", "payments"}, {"jetstream", "shipments"}}
 	for _, s := range streams {
@@ -39,13 +38,13 @@ func BenchmarkDrain(b *testing.B) {
 				must(b, err)
 				_, err = w.pg.Pool.Exec(w.ctx, `VACUUM ANALYZE `+w.pg.Table.Qualified())
 				must(b, err)
-				d, err := newDispatcher(w.ctx, benchStream(w, s.stream, batch), slog.New(slog.DiscardHandler), dispatcherOptions{})
+				d, err := NewDispatcher(w.ctx, benchStream(w, s.stream, batch), slog.New(slog.DiscardHandler), Options{})
 				must(b, err)
 				ctx, cancel := context.WithCancel(w.ctx)
 				done := make(chan error, 1)
 				b.ResetTimer()
 				start := time.Now()
-				go func() { done <- d.run(ctx) }()
+				go func() { done <- d.Run(ctx) }()
 				for {
 					var pending int
 					must(b, w.pg.Pool.QueryRow(w.ctx, `SELECT count(*) FROM `+w.pg.Table.Qualified()+` WHERE status <> 'delivered'`).Scan(&pending))
@@ -85,7 +84,7 @@ func (c *confirmations) Publish(ctx context.Context, msgs []router.Message) []er
 // through an idle pipeline with default settings (the listener wakes it), per driver.
 // It reports p50, p99 and max in ms:
 //
-//	go test -run '^$' -bench IdleLatency -benchtime 300x ./cmd/outboxd/
+//	go test -run '^$' -bench IdleLatency -benchtime 300x ./internal/app/
 func BenchmarkIdleLatency(b *testing.B) {
 	for _, s := range []struct{ driver, stream, topic string }{{"kafka", "orders", kafkaTopic}, {"nats", "payments", "captured"}, {"jetstream", "shipments", "sent"}} {
 		b.Run(s.driver, func(b *testing.B) {
@@ -95,13 +94,13 @@ func BenchmarkIdleLatency(b *testing.B) {
 			st.PollInterval = config.DefaultStream().PollInterval // defaults: notifications do the work
 			cfg.Streams[s.stream] = st
 			conf := &confirmations{ch: make(chan time.Time, 16)}
-			d, err := newDispatcher(w.ctx, cfg, slog.New(slog.DiscardHandler), dispatcherOptions{
-				wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher { conf.next = p; return conf },
+			d, err := NewDispatcher(w.ctx, cfg, slog.New(slog.DiscardHandler), Options{
+				Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher { conf.next = p; return conf },
 			})
 			must(b, err)
 			ctx, cancel := context.WithCancel(w.ctx)
 			done := make(chan error, 1)
-			go func() { done <- d.run(ctx) }()
+			go func() { done <- d.Run(ctx) }()
 			for !d.listener.Connected() {
 				time.Sleep(time.Millisecond)
 			}
@@ -135,23 +134,10 @@ func BenchmarkIdleLatency(b *testing.B) {
 	}
 }
 
-// TestBenchProgressOffATerminalIsOneLinePerFinishedPhase holds the bench to what
-// docs/benchmarks.md says of stderr that is not a terminal (a pipe, a file, CI): no line
-// rewritten in place, only one plain line per finished phase, however long it runs.
-func TestBenchProgressOffATerminalIsOneLinePerFinishedPhase(t *testing.T) {
-	t.Parallel()
-	var stderr bytes.Buffer
-	p := newProgress(&stderr, true)
-	p.begin("SQL ceiling", 100, func() int64 { return 50 })
-	p.end("1,000 msg/s")
-	p.begin("latency jetstream: idle", 10, func() int64 { return 10 })
-	p.stop()
-	p.begin("drain jetstream", 10, func() int64 { return 10 })
-	p.end("900 msg/s")
-	if want := "SQL ceiling: 1,000 msg/s\ndrain jetstream: 900 msg/s\n"; stderr.String() != want {
-		t.Errorf("progress wrote %q; want %q", stderr.String(), want)
+// percentileMs is the q-quantile of sorted latencies, in milliseconds.
+func percentileMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
 	}
-	if p.animate {
-		t.Errorf("a bytes.Buffer was taken for a terminal")
-	}
+	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -262,7 +262,7 @@ func (w *world) startWatchedDispatcher(t *testing.T, replica string) (ev *eventL
 	cfg.ReplicaID = replica
 	ev, logs = &eventLog{}, &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	d, err := newDispatcher(w.ctx, &cfg, logger, dispatcherOptions{subscribe: func(bus *events.Bus) {
+	d, err := NewDispatcher(w.ctx, &cfg, logger, Options{Subscribe: func(bus *events.Bus) {
 		bus.Subscribe("test", ev.add)
 	}})
 	must(t, err)
@@ -271,7 +271,7 @@ func (w *world) startWatchedDispatcher(t *testing.T, replica string) (ev *eventL
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); _ = unserved.Run(ctx) }()
 	done := make(chan error, 1)
-	go func() { done <- d.run(ctx) }()
+	go func() { done <- d.Run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -81,11 +81,11 @@ func (w *world) startDispatcher(t *testing.T, replica string) (stop func()) {
 	cfg := w.cfg
 	cfg.ReplicaID = replica
 	logger := slog.New(slog.DiscardHandler)
-	d, err := newDispatcher(w.ctx, &cfg, logger, dispatcherOptions{})
+	d, err := NewDispatcher(w.ctx, &cfg, logger, Options{})
 	must(t, err)
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
-	go func() { done <- d.run(ctx) }()
+	go func() { done <- d.Run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

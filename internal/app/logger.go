@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"io"
@@ -9,8 +9,8 @@ import (
 	"github.com/outboxd/outboxd/config"
 )
 
-// newLogger builds the process logger from the log settings (validated by config).
-func newLogger(c config.Log, w io.Writer) *slog.Logger {
+// NewLogger builds the process logger from the log settings (validated by config).
+func NewLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr}

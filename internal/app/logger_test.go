@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 func TestJSONLogsWriteDurationsWithUnitsAndLeaveOutANilErr(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	logger := newLogger(config.Log{Level: "info", Format: "json"}, &buf)
+	logger := NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	var noErr error
 	logger.Info("paused", "pause", 1500*time.Millisecond, "err", noErr)
 	logger.With("lease", 30*time.Second).Warn("failed", "err", errors.New("broker refused"))

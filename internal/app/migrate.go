@@ -1,76 +1,23 @@
-package main
+package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"io"
 	"strings"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/migrations"
 )
 
-func migrateCmd(ctx context.Context, e env) error {
-	if len(e.args) == 0 {
-		return usageError{msg: "migrate: want one of up, down, version, status, sql"}
-	}
-	sub := e.args[0]
-	if isHelpFlag(sub) {
-		fs := newFlags("migrate", e.stderr)
-		fs.Bool("all", false, "with down: revert every migration (drops the outbox table and its rows)")
-		return helpRequested{verb: "migrate", flags: fs}
-	}
-	fs := newFlags("migrate "+sub, e.stderr)
-	all := false
-	if sub == "down" {
-		fs.BoolVar(&all, "all", false, "revert every migration (drops the outbox table and its rows)")
-	}
-	if err := parseFlags(fs, e.args[1:]); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(e, fs)
-	if err != nil {
-		return err
-	}
+// Migrate is `outboxd migrate up|down|version|status` on the configured table, in the
+// layout janitor.partitions.enabled names; steps is how many migrations down reverts
+// (0: all of them). It prints what it did, and the state the schema is left in, to
+// stdout.
+func Migrate(ctx context.Context, cfg *config.Config, sub string, steps int, stdout io.Writer) error {
 	n := cfg.Table()
-	layout := migrations.Plain
-	if cfg.Janitor.Partitions.Enabled {
-		layout = migrations.Partitioned
-	}
-
-	if sub == "sql" {
-		if fs.NArg() != 1 {
-			return usageError{msg: "migrate sql: want the direction, up or down"}
-		}
-		script, err := layout.Script(n, fs.Arg(0))
-		if err != nil {
-			return usageError{msg: "migrate sql: " + err.Error()}
-		}
-		fmt.Fprint(e.stdout, script)
-		return nil
-	}
-
-	steps := 0
-	switch sub {
-	case "up", "version", "status":
-		if fs.NArg() > 0 {
-			return usageError{msg: fmt.Sprintf("migrate %s: unexpected argument %q", sub, fs.Arg(0))}
-		}
-	case "down":
-		switch {
-		case all && fs.NArg() == 0:
-		case !all && fs.NArg() == 1:
-			steps, err = strconv.Atoi(fs.Arg(0))
-			if err != nil || steps < 1 {
-				return usageError{msg: fmt.Sprintf("migrate down: want a positive number of steps, got %q", fs.Arg(0))}
-			}
-		default:
-			return usageError{msg: "migrate down: want a number of steps or --all"}
-		}
-	default:
-		return usageError{msg: fmt.Sprintf("migrate: unknown subcommand %q", sub)}
-	}
-
+	layout := Layout(cfg)
 	m, err := layout.Open(ctx, cfg.DatabaseURL, n)
 	if err != nil {
 		return err
@@ -92,7 +39,7 @@ func migrateCmd(ctx context.Context, e env) error {
 		return errors.Join(err, verr)
 	}
 	if sub == "up" {
-		if reportErr := reportApplied(e, n.String(), layout, before, v); reportErr != nil {
+		if reportErr := reportApplied(stdout, n.String(), layout, before, v); reportErr != nil {
 			return errors.Join(err, reportErr)
 		}
 	}
@@ -111,9 +58,9 @@ func migrateCmd(ctx context.Context, e env) error {
 		}
 	}
 	if sub == "status" {
-		return printStatus(e, n.String(), layout, v, state, dirty)
+		return printStatus(stdout, n.String(), layout, v, state, dirty)
 	}
-	fmt.Fprintf(e.stdout, "%s: schema version %d of %d (%s)\n", n, v, migrations.Latest(), state)
+	fmt.Fprintf(stdout, "%s: schema version %d of %d (%s)\n", n, v, migrations.Latest(), state)
 	if dirty {
 		return errors.New("migration state is dirty")
 	}
@@ -121,23 +68,23 @@ func migrateCmd(ctx context.Context, e env) error {
 }
 
 // reportApplied says which migrations an up applied, or that none was pending.
-func reportApplied(e env, table string, layout migrations.Layout, before, after uint) error {
+func reportApplied(stdout io.Writer, table string, layout migrations.Layout, before, after uint) error {
 	applied, err := layout.Between(before, after)
 	if err != nil {
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Fprintf(e.stdout, "%s: no migration pending\n", table)
+		fmt.Fprintf(stdout, "%s: no migration pending\n", table)
 		return nil
 	}
 	for _, m := range applied {
-		fmt.Fprintf(e.stdout, "%s: applied %s\n", table, m)
+		fmt.Fprintf(stdout, "%s: applied %s\n", table, m)
 	}
 	return nil
 }
 
 // printStatus is `migrate status`: where the schema is and what an up would apply.
-func printStatus(e env, table string, layout migrations.Layout, v uint, state string, dirty bool) error {
+func printStatus(stdout io.Writer, table string, layout migrations.Layout, v uint, state string, dirty bool) error {
 	pending, err := layout.Between(v, migrations.Latest())
 	if err != nil {
 		return err
@@ -150,7 +97,7 @@ func printStatus(e env, table string, layout migrations.Layout, v uint, state st
 		}
 		names = strings.Join(list, ", ")
 	}
-	fmt.Fprintf(e.stdout, "table:   %s\nlayout:  %s (janitor.partitions.enabled)\nversion: %d of %d (%s)\npending: %s\n",
+	fmt.Fprintf(stdout, "table:   %s\nlayout:  %s (janitor.partitions.enabled)\nversion: %d of %d (%s)\npending: %s\n",
 		table, layout, v, migrations.Latest(), state, names)
 	if dirty {
 		return errors.New("migration state is dirty")

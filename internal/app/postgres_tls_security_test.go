@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -76,13 +76,13 @@ func deliverOverTLS(t *testing.T, ctx context.Context, dsn string) {
 	s.Driver, s.PollInterval = "bus", 50*time.Millisecond
 	cfg.Streams = map[string]config.Stream{"orders": s}
 	must(t, cfg.Validate())
-	d, err := newDispatcher(ctx, &cfg, slog.New(slog.DiscardHandler), dispatcherOptions{migrate: true})
+	d, err := NewDispatcher(ctx, &cfg, slog.New(slog.DiscardHandler), Options{Migrate: true})
 	if err != nil {
 		t.Fatalf("dispatcher over TLS (%s): %v", config.RedactDSN(dsn), err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- d.run(runCtx) }()
+	go func() { done <- d.Run(runCtx) }()
 	defer func() {
 		stop()
 		if err := <-done; err != nil {
@@ -134,7 +134,7 @@ func refusedByVerification(t *testing.T, ctx context.Context, dsn string) {
 	s.Driver = "bus"
 	cfg.Streams = map[string]config.Stream{"orders": s}
 	must(t, cfg.Validate())
-	d, err := newDispatcher(ctx, &cfg, slog.New(slog.DiscardHandler), dispatcherOptions{migrate: true})
+	d, err := NewDispatcher(ctx, &cfg, slog.New(slog.DiscardHandler), Options{Migrate: true})
 	if err == nil {
 		_ = d.close()
 		t.Fatal("a server whose certificate the configured CA did not sign was trusted")

@@ -1,9 +1,9 @@
-package main
+package app
 
 import (
 	"context"
 	"errors"
-	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -18,20 +18,19 @@ import (
 	"github.com/outboxd/outboxd/tracing"
 )
 
-func runCmd(ctx context.Context, e env) error {
-	fs := newFlags("run", e.stderr)
-	migrate := fs.Bool("migrate", false, "apply pending schema migrations before starting")
-	if err := parseFlags(fs, e.args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{msg: fmt.Sprintf("run: unexpected argument %q", fs.Arg(0))}
-	}
-	cfg, err := loadConfig(e, fs)
-	if err != nil {
-		return err
-	}
-	logger := newLogger(cfg.Log, e.stderr)
+// RunOptions are what `outboxd run` takes besides the configuration.
+type RunOptions struct {
+	Migrate bool      // apply pending schema migrations once the database answers
+	Version string    // the build version, logged and exported as a metric label
+	Log     io.Writer // where the process logs go (stderr)
+}
+
+// Run is `outboxd run`: it serves the admin endpoints, waits for the database, builds
+// and runs the dispatcher until ctx ends, and stops everything it started, in reverse
+// order (the admin endpoints last, so that /metrics answers during the drain).
+func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
+	version := o.Version
+	logger := NewLogger(cfg.Log, o.Log)
 	logger.Info("outboxd starting", "version", version, "config", cfg)
 
 	tp, shutdownTracing, err := tracing.Setup(ctx, cfg.Tracing, version)
@@ -45,16 +44,16 @@ func runCmd(ctx context.Context, e env) error {
 			logger.Warn("flush traces", "err", err)
 		}
 	}()
-	opt := dispatcherOptions{migrate: *migrate}
+	opt := Options{Migrate: o.Migrate}
 	if cfg.Tracing.Enabled { // off: publishers are not wrapped at all
-		opt.wrap = func(stream string, p dispatch.Publisher) dispatch.Publisher {
+		opt.Wrap = func(stream string, p dispatch.Publisher) dispatch.Publisher {
 			return tracing.Wrap(p, tp, cfg.Drivers[cfg.Streams[stream].Driver].Type)
 		}
 	}
-	reg, m := newMetrics(cfg)
+	reg, m := newMetrics(cfg, version)
 	var adm adminServer
 	subscribeAdmin := adm.subscribe(sortedKeys(cfg.Streams))
-	opt.subscribe = func(bus *events.Bus) {
+	opt.Subscribe = func(bus *events.Bus) {
 		bus.Subscribe("metrics", m.Handle) // synchronous: sees every event, never drops
 		subscribeAdmin(bus)
 	}
@@ -70,7 +69,7 @@ func runCmd(ctx context.Context, e env) error {
 	if err := waitForDatabase(ctx, cfg, logger, adm.notReady); err != nil {
 		return errors.Join(err, stopAdmin())
 	}
-	d, err := newDispatcher(ctx, cfg, logger, opt)
+	d, err := NewDispatcher(ctx, cfg, logger, opt)
 	if err != nil {
 		return errors.Join(err, stopAdmin())
 	}
@@ -78,7 +77,7 @@ func runCmd(ctx context.Context, e env) error {
 	m.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers", "failure-log"}, d.busSubscribers...)...)
 	adm.serve(cfg, d, metricsHandler, logger)
 	logger.Info("dispatching", "streams", len(d.pipelines), "table", cfg.Table().String())
-	err = d.run(ctx)
+	err = d.Run(ctx)
 	// The admin endpoints stop last, so /metrics and /healthz answer during the drain.
 	err = errors.Join(err, stopAdmin())
 	logger.Info("outboxd stopped", "err", err) // a nil err is left out (replaceAttr)
@@ -87,7 +86,7 @@ func runCmd(ctx context.Context, e env) error {
 
 // newMetrics registers the Go and process collectors and every outboxd series, created
 // at start for every configured stream and driver so alerts can tell zero from absent.
-func newMetrics(cfg *config.Config) (*prometheus.Registry, *metrics.Metrics) {
+func newMetrics(cfg *config.Config, version string) (*prometheus.Registry, *metrics.Metrics) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	streams := make(map[string]string, len(cfg.Streams))

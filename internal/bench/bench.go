@@ -1,11 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,21 +16,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
 
-// outboxd bench measures, in one run, what a dispatcher on this machine and database
-// can do: the SQL ceiling of the claim and write-back statements, the drain of a backlog
-// through the discard driver and each real driver, commit → confirmation latency, the
-// producer's cost and the dispatcher's CPU and memory. docs/benchmarks.md describes
-// every figure and the JSON field names.
-
 // benchTable is where the bench writes: a schema of its own, dropped and recreated at
 // every start, so a benchmark never touches an application's outbox.
-var benchTable = table.Name{Schema: "outboxd_bench", Table: "messages"}
+var benchTable = table.Name{Schema: Schema, Table: "messages"}
+
+// Schema is the only schema the bench writes to; Table is its table there.
+const Schema = "outboxd_bench"
+
+var Table = benchTable
 
 const (
 	benchTopic      = "events"         // every row's topic
@@ -95,138 +94,6 @@ const (
 	benchAckDelete = "delete"
 )
 
-// benchOptions are the command line, parsed.
-type benchOptions struct {
-	set          benchSettings
-	dsn          string
-	natsURL      string
-	kafkaBrokers []string
-	binary       string
-	timeout      time.Duration
-	json         bool
-}
-
-func parseBenchFlags(e env) (benchOptions, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	def := config.DefaultStream()
-	var o benchOptions
-	messages := fs.Int("messages", 100000, "backlog size of the SQL ceiling and of each drain")
-	payload := fs.Int("payload", 1024, "payload bytes per message")
-	keys := fs.Int("keys", 1000, "distinct message keys")
-	ordered := fs.Bool("ordered", false, "make the streams ordered (per-key FIFO, docs/ordering.md); --keys 1 is a single hot key")
-	retained := fs.Int("retained", 0, "delivered rows kept in the table through every phase (e.g. 10000000)")
-	flow := fs.Bool("flow", def.Flow, "let pipelines flow under a high producer rate (streams.<name>.flow); --flow=false keeps every insert notifying")
-	ack := fs.String("ack", benchAckUpdate, "write-back of a confirmed message: update (mark delivered, run's default) or delete (as with janitor.retention 0)")
-	streams := fs.Int("streams", 1, "streams the backlog is spread over, one pipeline each")
-	batch := fs.Int("batch", def.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")
-	concurrency := fs.Int("concurrency", def.Concurrency, "batches in flight per stream (concurrency); default: what outboxd run uses")
-	rate := fs.Int("rate", 1000, "offered rate of the latency phase, messages/s")
-	latencyFor := fs.Duration("latency-duration", 10*time.Second, "how long the offered-rate latency phase runs")
-	idle := fs.Int("idle-samples", 500, "messages sent one at a time through an idle pipeline")
-	drivers := fs.String("drivers", strings.Join(benchDrivers, ","), "drivers to measure, comma-separated: "+strings.Join(benchDrivers, ", "))
-	fs.StringVar(&o.dsn, "database-url", "", "PostgreSQL to measure (default $OUTBOXD_DATABASE_URL or postgres://postgres@127.0.0.1:5432/postgres); the bench uses schema "+benchTable.Schema+" only")
-	fs.StringVar(&o.natsURL, "nats-url", "", "use this NATS server (JetStream enabled for the jetstream driver) instead of an embedded one")
-	kafkaBrokers := fs.String("kafka-brokers", "", "use these Kafka brokers (host:port,...) instead of an embedded Kafka-protocol broker")
-	fs.BoolVar(&o.json, "json", false, "print one JSON object with every figure instead of the table, and no progress")
-	quick := fs.Bool("quick", false, "small sizes, for tests and CI (flags given explicitly still win)")
-	fs.StringVar(&o.binary, "dispatcher-binary", "", "outboxd binary run as the drain's dispatcher process (default: this executable)")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
-	if err := parseFlags(fs, e.args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, usageError{msg: fmt.Sprintf("bench: unexpected argument %q", fs.Arg(0))}
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	producerMessages := 40 * benchProducerBatch
-	if *quick {
-		for name, small := range map[string]func(){
-			"messages":         func() { *messages = 2000 },
-			"rate":             func() { *rate = 200 },
-			"latency-duration": func() { *latencyFor = time.Second },
-			"idle-samples":     func() { *idle = 20 },
-		} {
-			if !given[name] {
-				small()
-			}
-		}
-		producerMessages = 2 * benchProducerBatch
-	}
-	from := func(name string) string {
-		if given[name] {
-			return "flag"
-		}
-		return "default"
-	}
-	o.set = benchSettings{
-		Messages: *messages, PayloadBytes: *payload, Keys: *keys, Streams: *streams,
-		BatchSize: *batch, BatchSizeFrom: from("batch"), Concurrency: *concurrency, ConcurrencyFrom: from("concurrency"),
-		Rate: *rate, LatencySeconds: latencyFor.Seconds(), IdleSamples: *idle, ProducerMessages: producerMessages,
-		Quick: *quick, NATS: "embedded", Kafka: "embedded", Retained: *retained, Ordered: *ordered, Ack: *ack, Flow: *flow,
-	}
-	switch {
-	case *messages < 1 || *keys < 1 || *streams < 1 || *idle < 1 || *rate < 1:
-		return o, usageError{msg: "bench: --messages, --keys, --streams, --idle-samples and --rate must be at least 1"}
-	case *payload < 0:
-		return o, usageError{msg: "bench: --payload must not be negative"}
-	case *retained < 0:
-		return o, usageError{msg: "bench: --retained must not be negative"}
-	case *latencyFor < 100*time.Millisecond || o.timeout <= 0:
-		return o, usageError{msg: "bench: --latency-duration must be at least 100ms and --timeout positive"}
-	case *streams > 100:
-		return o, usageError{msg: "bench: --streams must be at most 100"}
-	case *ack != benchAckUpdate && *ack != benchAckDelete:
-		return o, usageError{msg: fmt.Sprintf("bench: --ack: unknown write-back %q; want %s or %s", *ack, benchAckUpdate, benchAckDelete)}
-	case *ack == benchAckDelete && *retained > 0:
-		return o, usageError{msg: "bench: --retained keeps delivered rows, which --ack delete (janitor.retention 0) does not: its janitor would purge them"}
-	}
-	seen := map[string]bool{}
-	for _, d := range strings.Split(*drivers, ",") {
-		d = strings.TrimSpace(d)
-		if !slices.Contains(benchDrivers, d) {
-			return o, usageError{msg: fmt.Sprintf("bench: --drivers: unknown driver %q; want some of %s", d, strings.Join(benchDrivers, ", "))}
-		}
-		seen[d] = true
-	}
-	for _, d := range benchDrivers {
-		if seen[d] {
-			o.set.Drivers = append(o.set.Drivers, d)
-		}
-	}
-	if *kafkaBrokers != "" {
-		for _, b := range strings.Split(*kafkaBrokers, ",") {
-			o.kafkaBrokers = append(o.kafkaBrokers, strings.TrimSpace(b))
-		}
-		o.set.Kafka = strings.Join(o.kafkaBrokers, ",")
-	}
-	if o.natsURL != "" {
-		o.set.NATS = config.Driver{Type: config.TypeNATS, URL: o.natsURL}.Redacted().URL
-	}
-	if o.dsn == "" {
-		o.dsn = lookupEnv(e.environ, "OUTBOXD_DATABASE_URL")
-	}
-	if o.dsn == "" {
-		o.dsn = "postgres://postgres@127.0.0.1:5432/postgres"
-	}
-	// The dispatcher's settings must validate as run would validate them; check now
-	// rather than after the first phases. Embedded brokers get their addresses later.
-	probe := o
-	if probe.natsURL == "" {
-		probe.natsURL = "nats://127.0.0.1:4222"
-	}
-	if len(probe.kafkaBrokers) == 0 {
-		probe.kafkaBrokers = []string{"127.0.0.1:9092"}
-	}
-	for _, d := range o.set.Drivers {
-		if _, err := benchConfig(probe, d); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
-}
-
 // benchConfig is the configuration the dispatcher of one driver runs with, in this
 // process (latency) or as a child (drain, through benchEnviron).
 func benchConfig(o benchOptions, driverType string) (config.Config, error) {
@@ -277,7 +144,7 @@ func benchStreams(n int) []string {
 // bench is one run: its database, brokers and report.
 type bench struct {
 	opt      benchOptions
-	e        env
+	o        Options
 	pool     *pgxpool.Pool
 	store    *store.Store
 	writer   *producer.Writer
@@ -291,12 +158,16 @@ type bench struct {
 	retainedUpTo int64
 }
 
-func benchCmd(ctx context.Context, e env) error {
-	opt, err := parseBenchFlags(e)
+// Run is outboxd bench: it measures every phase and prints the report, failing when a
+// committed message is missing after a drain. Mistakes in o fail as OptionError before
+// anything is touched.
+func Run(ctx context.Context, o Options) error {
+	opt, err := resolve(o)
 	if err != nil {
 		return err
 	}
-	b := &bench{opt: opt, e: e, streams: benchStreams(opt.set.Streams), progress: newProgress(e.stderr, !opt.json)}
+	e := o
+	b := &bench{opt: opt, o: o, streams: benchStreams(opt.set.Streams), progress: newProgress(e.Stderr, !opt.json)}
 	defer b.close()
 	started := time.Now()
 	if err := b.setup(ctx); err != nil {
@@ -313,9 +184,9 @@ func benchCmd(ctx context.Context, e env) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(e.stdout, string(out))
+		fmt.Fprintln(e.Stdout, string(out))
 	} else {
-		printBenchReport(e.stdout, r)
+		printBenchReport(e.Stdout, r)
 	}
 	if r.Missing > 0 {
 		var where []string
@@ -338,7 +209,7 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.opt.binary = bin
 	b.report = benchReport{
-		Version: version, Date: time.Now().UTC().Format(time.RFC3339), Settings: b.opt.set,
+		Version: b.o.Version, Date: time.Now().UTC().Format(time.RFC3339), Settings: b.opt.set,
 		Drivers: map[string]*benchDriverReport{},
 	}
 	b.report.Settings.DispatcherProcess = bin
@@ -360,7 +231,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return fmt.Errorf("bench: create %s: %w", benchTable, err)
 	}
 	// The SQL ceiling acknowledges as the dispatchers will.
-	if b.store, err = store.New(b.pool, benchTable, storeOptions(benchJanitor(b.opt.set))...); err != nil {
+	if b.store, err = store.New(b.pool, benchTable, app.StoreOptions(benchJanitor(b.opt.set))...); err != nil {
 		return err
 	}
 	if b.writer, err = producer.New(benchTable); err != nil {

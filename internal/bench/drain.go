@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -47,7 +47,7 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 	if err != nil {
 		return benchDrain{}, err
 	}
-	child, err := startDispatcher(ctx, b.opt.binary, benchEnviron(b.e.environ, cfg))
+	child, err := startDispatcher(ctx, b.opt.binary, benchEnviron(b.o.Environ, cfg))
 	if err != nil {
 		return benchDrain{}, err
 	}

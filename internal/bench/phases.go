@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/store"
@@ -226,9 +227,9 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	conf := newConfirmLog()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if !b.opt.json {
-		logger = newLogger(config.Log{Level: "warn", Format: "text"}, b.e.stderr)
+		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, b.o.Stderr)
 	}
-	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
+	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
 		return &confirmingPublisher{next: p, conf: conf}
 	}})
 	if err != nil {
@@ -236,14 +237,14 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
-	go func() { ran <- d.run(runCtx) }()
+	go func() { ran <- d.Run(runCtx) }()
 	defer func() {
 		stop()
 		if runErr := <-ran; runErr != nil && err == nil {
 			err = fmt.Errorf("bench: latency %s: dispatcher: %w", driverType, runErr)
 		}
 	}()
-	for !d.listener.Connected() {
+	for !d.ListenerConnected() {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("bench: latency %s: the dispatcher's listener did not connect: %w", driverType, ctx.Err())

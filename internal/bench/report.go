@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -14,6 +14,9 @@ import (
 
 // benchReport is one run's result; --json prints exactly these fields, whose names
 // docs/benchmarks.md documents and a test holds to it.
+// Report is what bench --json prints (docs/benchmarks.md lists its fields).
+type Report = benchReport
+
 type benchReport struct {
 	Version    string                        `json:"version"`
 	Date       string                        `json:"date"`
@@ -113,7 +116,7 @@ func latencyFigures(lat []time.Duration) benchLatency {
 	if len(lat) == 0 {
 		return l
 	}
-	l.P50Ms, l.P90Ms, l.P99Ms = percentileMs(lat, 0.50), percentileMs(lat, 0.90), percentileMs(lat, 0.99)
+	l.P50Ms, l.P90Ms, l.P99Ms = PercentileMs(lat, 0.50), PercentileMs(lat, 0.90), PercentileMs(lat, 0.99)
 	l.MaxMs = float64(lat[len(lat)-1].Microseconds()) / 1000
 	return l
 }
@@ -237,12 +240,12 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, on bool) *progress {
-	return &progress{w: w, on: on, animate: on && isTerminal(w)}
+	return &progress{w: w, on: on, animate: on && IsTerminal(w)}
 }
 
-// isTerminal reports whether w is a terminal, where a line rewritten in place reads as
+// IsTerminal reports whether w is a terminal, where a line rewritten in place reads as
 // progress; in a pipe or a file the same bytes are noise.
-func isTerminal(w io.Writer) bool {
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
@@ -303,4 +306,12 @@ func (p *progress) stop() {
 	<-p.ended
 	p.quit = nil
 	fmt.Fprint(p.w, "\r\033[K")
+}
+
+// PercentileMs is the q-quantile of sorted latencies, in milliseconds; 0 for none.
+func PercentileMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package bench
 
 import (
 	"os"
@@ -20,9 +20,9 @@ func processUsage(ps *os.ProcessState) (cpuSeconds, peakRSSMiB float64) {
 	return cpu.Seconds(), maxRSSMiB(ru) // on Linux, see readPeakRSS
 }
 
-// selfPeakRSSMiB is this process's peak resident set so far: everything it holds,
+// SelfPeakRSSMiB is this process's peak resident set so far: everything it holds,
 // brokers embedded in it included.
-func selfPeakRSSMiB() float64 {
+func SelfPeakRSSMiB() float64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

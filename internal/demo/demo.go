@@ -1,10 +1,9 @@
-package main
+package demo
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +23,8 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
 	jsdriver "github.com/outboxd/outboxd/router/jetstream"
@@ -36,7 +37,9 @@ var demoTable = table.Name{Schema: "outboxd_demo", Table: "messages"}
 
 const demoSubjectPrefix = "demo."
 
-// demoSummary is the demo's result; --json prints exactly these fields.
+// Summary is the demo's result; --json prints exactly these fields.
+type Summary = demoSummary
+
 type demoSummary struct {
 	Produced     int64   `json:"produced"`
 	Committed    int64   `json:"committed"`
@@ -54,33 +57,49 @@ type demoSummary struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
-func demoCmd(ctx context.Context, e env) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	messages := fs.Int("messages", 100000, "messages to produce")
-	producers := fs.Int("producers", 8, "concurrent producer goroutines, each committing transactions")
-	perTx := fs.Int("batch", 50, "messages per producer transaction")
-	rollbackEvery := fs.Int("rollback-every", 10, "roll back every Nth transaction on purpose (0: never)")
-	loseEvery := fs.Int("lose-answer-every", 0, "lose JetStream's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again and the stream's de-duplication drops the copies (0: never)")
-	asJSON := fs.Bool("json", false, "print the summary as one JSON object on stdout, and nothing else there")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for delivery after this long")
-	if err := parseFlags(fs, e.args); err != nil {
-		return err
-	}
-	switch {
-	case *messages < 1:
-		return usageError{msg: "demo: --messages must be at least 1"}
-	case *producers < 1 || *perTx < 1 || *rollbackEvery < 0 || *loseEvery < 0:
-		return usageError{msg: "demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0"}
-	}
+// Options are outboxd demo's command line, as cmd/outboxd's flags fill them; each
+// field's flag is named in its comment. DefaultOptions gives every default.
+type Options struct {
+	Messages        int           // --messages: messages to produce
+	Producers       int           // --producers: concurrent producer goroutines
+	Batch           int           // --batch: messages per producer transaction
+	RollbackEvery   int           // --rollback-every: roll back every Nth transaction (0: never)
+	LoseAnswerEvery int           // --lose-answer-every: lose the answer to every Nth batch (0: never)
+	JSON            bool          // --json: the summary as one JSON object, alone on stdout
+	Timeout         time.Duration // --timeout: give up waiting for delivery after this long
+	// DatabaseURL is the PostgreSQL the demo writes to, in its own schema ("": the
+	// configuration's default).
+	DatabaseURL    string
+	Stdout, Stderr io.Writer
+}
 
+// DefaultOptions are the demo's defaults: 100,000 messages from 8 producers.
+func DefaultOptions() Options {
+	return Options{Messages: 100000, Producers: 8, Batch: 50, RollbackEvery: 10, Timeout: 5 * time.Minute}
+}
+
+// OptionError is a mistake in the options, as a command line's usage error.
+type OptionError string
+
+func (e OptionError) Error() string { return string(e) }
+
+// Run is outboxd demo: an embedded NATS server with JetStream, a dispatcher, concurrent
+// producers and a consumer, ending with a summary. Mistakes in o fail as OptionError
+// before anything starts.
+func Run(ctx context.Context, o Options) error {
+	switch {
+	case o.Messages < 1:
+		return OptionError("demo: --messages must be at least 1")
+	case o.Producers < 1 || o.Batch < 1 || o.RollbackEvery < 0 || o.LoseAnswerEvery < 0:
+		return OptionError("demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0")
+	}
 	cfg := config.Default()
-	if dsn := lookupEnv(e.environ, "OUTBOXD_DATABASE_URL"); dsn != "" {
-		cfg.DatabaseURL = dsn
+	if o.DatabaseURL != "" {
+		cfg.DatabaseURL = o.DatabaseURL
 	}
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	if !*asJSON {
-		logger = newLogger(config.Log{Level: "warn", Format: "text"}, e.stderr)
+	if !o.JSON {
+		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, o.Stderr)
 	}
 
 	// An embedded NATS server with JetStream, and a stream capturing the demo subjects.
@@ -137,9 +156,9 @@ func demoCmd(ctx context.Context, e env) error {
 		return err
 	}
 
-	run := newDemoRun(*messages)
-	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{migrate: true, wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
-		return &timedPublisher{next: p, run: run, loseEvery: *loseEvery}
+	run := newDemoRun(o.Messages)
+	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Migrate: true, Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
+		return &timedPublisher{next: p, run: run, loseEvery: o.LoseAnswerEvery}
 	}})
 	if err != nil {
 		return err
@@ -147,13 +166,13 @@ func demoCmd(ctx context.Context, e env) error {
 	// Duplicates are counted where they still show: the stream drops a copy published
 	// inside its duplicate window and answers that it was one, so a consumer of the
 	// stream never sees it; the driver counts those answers.
-	jsDriver, ok := d.drivers["jetstream"].(*jsdriver.Driver)
+	jsDriver, ok := d.Driver("jetstream").(*jsdriver.Driver)
 	if !ok {
 		return errors.New("demo: the jetstream driver is not a JetStream driver")
 	}
 	runCtx, stopDispatcher := context.WithCancel(ctx)
 	dispatched := make(chan error, 1)
-	go func() { dispatched <- d.run(runCtx) }()
+	go func() { dispatched <- d.Run(runCtx) }()
 
 	// The consumer: every message the stream stored, counted by its de-duplication id
 	// (a copy published after the duplicate window would be stored again, and counted).
@@ -176,13 +195,15 @@ func demoCmd(ctx context.Context, e env) error {
 		return err
 	}
 	produceErr := make(chan error, 1)
-	go func() { produceErr <- run.produce(ctx, pool, writer, *messages, *producers, *perTx, *rollbackEvery) }()
+	go func() {
+		produceErr <- run.produce(ctx, pool, writer, o.Messages, o.Producers, o.Batch, o.RollbackEvery)
+	}()
 
 	// Wait until everything committed has arrived, or the timeout.
 	// Progress is a line rewritten in place, so only on a terminal; elsewhere (a pipe, a
 	// log file, --json) nothing stands in for it: the summary follows within seconds.
-	showProgress := !*asJSON && isTerminal(e.stderr)
-	deadline := time.After(*timeout)
+	showProgress := !o.JSON && bench.IsTerminal(o.Stderr)
+	deadline := time.After(o.Timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	produced := false
@@ -198,10 +219,10 @@ wait:
 			}
 		case <-tick.C:
 			if showProgress {
-				run.progress(e.stderr, time.Since(start))
+				run.progress(o.Stderr, time.Since(start))
 			}
 		case <-deadline:
-			failure = fmt.Errorf("demo: not every committed message arrived within %s", *timeout)
+			failure = fmt.Errorf("demo: not every committed message arrived within %s", o.Timeout)
 			break wait
 		case <-ctx.Done():
 			failure = ctx.Err()
@@ -226,15 +247,15 @@ wait:
 		failure = err
 	}
 	sum := run.summary(elapsed, int64(jsDriver.Duplicates()))
-	sum.PeakRSSMiB = math.Round(selfPeakRSSMiB()*10) / 10
-	if *asJSON {
+	sum.PeakRSSMiB = math.Round(bench.SelfPeakRSSMiB()*10) / 10
+	if o.JSON {
 		out, _ := json.Marshal(sum)
-		fmt.Fprintln(e.stdout, string(out))
+		fmt.Fprintln(o.Stdout, string(out))
 	} else {
 		if showProgress {
-			fmt.Fprint(e.stderr, "\r\033[K")
+			fmt.Fprint(o.Stderr, "\r\033[K")
 		}
-		printSummary(e.stdout, sum, config.RedactDSN(cfg.DatabaseURL))
+		printSummary(o.Stdout, sum, config.RedactDSN(cfg.DatabaseURL))
 	}
 	if failure != nil {
 		return failure
@@ -414,15 +435,8 @@ func (r *demoRun) summary(elapsed time.Duration, brokerDuplicates int64) demoSum
 	s.Lost = s.Committed - s.Delivered
 	s.MsgsPerSec = float64(s.Delivered) / elapsed.Seconds()
 	slices.Sort(lat)
-	s.LatencyP50Ms, s.LatencyP99Ms = percentileMs(lat, 0.50), percentileMs(lat, 0.99)
+	s.LatencyP50Ms, s.LatencyP99Ms = bench.PercentileMs(lat, 0.50), bench.PercentileMs(lat, 0.99)
 	return s
-}
-
-func percentileMs(sorted []time.Duration, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
 }
 
 func printSummary(w io.Writer, s demoSummary, dsn string) {
@@ -449,8 +463,8 @@ Inspect the table:
 
 // backlogSettled reports whether stream has no row left pending or leased: every
 // committed message was acknowledged, not only published.
-func backlogSettled(ctx context.Context, d *dispatcher, stream string) (bool, error) {
-	backlogs, err := d.store.Backlogs(ctx, []string{stream})
+func backlogSettled(ctx context.Context, d *app.Dispatcher, stream string) (bool, error) {
+	backlogs, err := d.Store().Backlogs(ctx, []string{stream})
 	if err != nil {
 		return false, fmt.Errorf("demo: %w", err)
 	}
@@ -500,13 +514,4 @@ func (t *timedPublisher) Publish(ctx context.Context, msgs []router.Message) []e
 	}
 	t.run.mu.Unlock()
 	return errs
-}
-
-func lookupEnv(environ []string, key string) string {
-	for _, kv := range environ {
-		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
-			return kv[len(key)+1:]
-		}
-	}
-	return ""
 }
