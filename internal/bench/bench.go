@@ -224,7 +224,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return fmt.Errorf("bench: connect to database: %w", err)
 	}
 	redacted := config.RedactDSN(b.opt.dsn)
-	if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+table.Quote(benchTable.Schema)+" CASCADE"); err != nil {
+	if err := store.DropSchema(ctx, b.pool, benchTable.Schema); err != nil {
 		return fmt.Errorf("bench: connect to database %s: %w", redacted, err)
 	}
 	if err := migrations.Up(ctx, b.opt.dsn, benchTable); err != nil {
@@ -341,9 +341,11 @@ func benchMachine(ctx context.Context, pool *pgxpool.Pool) (benchMachineInfo, er
 		{"server_version", &m.PostgreSQL}, {"fsync", &m.Fsync}, {"synchronous_commit", &m.SynchronousCommit},
 		{"shared_buffers", &m.SharedBuffers},
 	} {
-		if err := pool.QueryRow(ctx, "SELECT current_setting($1)", s.name).Scan(s.to); err != nil {
-			return m, fmt.Errorf("bench: read %s: %w", s.name, err)
+		v, err := store.ServerSetting(ctx, pool, s.name)
+		if err != nil {
+			return m, fmt.Errorf("bench: %w", err)
 		}
+		*s.to = v
 	}
 	return m, nil
 }

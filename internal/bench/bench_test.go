@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -167,7 +168,11 @@ func TestBenchCountsOnlyTheDrainedMessagesAsArrivals(t *testing.T) {
 		t.Fatal(err)
 	}
 	const retained, backlog, copies = 50, 20, 2
-	b := &bench{opt: benchOptions{dsn: dsn, set: benchSettings{Retained: retained, Keys: 5}}, pool: pool, writer: writer,
+	st, err := store.New(pool, benchTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{opt: benchOptions{dsn: dsn, set: benchSettings{Retained: retained, Keys: 5}}, pool: pool, store: st, writer: writer,
 		payload: []byte("p"), streams: benchStreams(1), progress: newProgress(io.Discard, false)}
 	if err := b.retain(ctx); err != nil {
 		t.Fatal(err)

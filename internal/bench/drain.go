@@ -75,11 +75,11 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 		case <-ctx.Done():
 			return benchDrain{}, fmt.Errorf("bench: %s: %d of %d messages not delivered within %s", phase, left.Load(), n, b.opt.timeout)
 		}
-		var undelivered int
-		if err := b.pool.QueryRow(ctx, undeliveredSQL).Scan(&undelivered); err != nil {
+		undelivered, err := b.store.BenchUndelivered(ctx)
+		if err != nil {
 			return benchDrain{}, fmt.Errorf("bench: %s: %w", phase, err)
 		}
-		if undelivered == 0 {
+		if !undelivered {
 			break
 		}
 		if i%50 == 0 && b.progress.animate {
@@ -126,43 +126,22 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 // when acknowledging deletes (--ack delete), gone from a table in which nothing else
 // deletes a row that is not delivered.
 func (b *bench) deliveredInTable(ctx context.Context, backlog int64) (int64, error) {
-	count := func(where string) (n int64, err error) {
-		err = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+benchTable.Qualified()+" WHERE id > $1"+where, b.retainedUpTo).Scan(&n)
-		return n, err
-	}
 	if b.opt.set.Ack == benchAckDelete {
-		left, err := count("")
+		left, err := b.store.BenchCount(ctx, b.retainedUpTo, false)
 		return backlog - left, err
 	}
-	return count(" AND status = 'delivered'")
+	return b.store.BenchCount(ctx, b.retainedUpTo, true)
 }
-
-// undeliveredSQL asks whether any row is still pending or leased (1) or not (0). The
-// ORDER BY is the undelivered index's own, so the plan reads that index up to its first
-// live entry; asking every 10 ms then costs next to nothing. Counting the backlog, or an
-// EXISTS the planner answers with a sequential scan, cost enough at that pace to halve
-// the drain being measured (seen on a 2-core machine).
-var undeliveredSQL = "SELECT count(*) FROM (SELECT 1 FROM " + benchTable.Qualified() +
-	" WHERE status IN ('pending', 'leased') ORDER BY stream, created_at LIMIT 1) AS undelivered"
 
 // ids lists the ids of the backlog's committed rows. The --retained rows (ids up to
 // retainedUpTo) are left out: they were delivered before the drain and never arrive, so
 // counting against them would let extra copies pass for arrivals.
 func (b *bench) ids(ctx context.Context) ([]int64, error) {
-	rows, err := b.pool.Query(ctx, "SELECT id FROM "+benchTable.Qualified()+" WHERE id > $1", b.retainedUpTo)
+	ids, err := b.store.BenchIDs(ctx, b.retainedUpTo)
 	if err != nil {
-		return nil, fmt.Errorf("bench: list the backlog: %w", err)
+		return nil, fmt.Errorf("bench: the backlog: %w", err)
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }
 
 // benchEnviron is the child dispatcher's environment: the parent's without any

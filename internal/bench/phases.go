@@ -33,12 +33,8 @@ func (b *bench) message(i int) producer.Message {
 // empty removes every row but the retained ones, so that each phase starts from the
 // same table.
 func (b *bench) empty(ctx context.Context) error {
-	sql := "TRUNCATE " + benchTable.Qualified()
-	if b.retainedUpTo > 0 {
-		sql = "DELETE FROM " + benchTable.Qualified() + " WHERE id > " + strconv.FormatInt(b.retainedUpTo, 10)
-	}
-	if _, err := b.pool.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("bench: empty %s: %w", benchTable, err)
+	if err := b.store.BenchEmpty(ctx, b.retainedUpTo); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	return nil
 }
@@ -56,24 +52,19 @@ func (b *bench) retain(ctx context.Context) error {
 	const chunk = 100000
 	for first := 0; first < n; first += chunk {
 		count := min(chunk, n-first)
-		_, err := b.pool.Exec(ctx, `INSERT INTO `+benchTable.Qualified()+` (stream, topic, key, payload, status, published_at, created_at, available_at)
-			SELECT $1, 'retained', 'k' || (g % 1000), $2, 'delivered', now() - interval '1 hour', now() - interval '2 hours', now() - interval '2 hours'
-			FROM generate_series(1, $3) g`, b.streams[0], b.payload, count)
+		upTo, err := b.store.BenchRetain(ctx, b.streams[0], b.payload, count)
 		if err != nil {
-			return fmt.Errorf("bench: write retained rows: %w", err)
+			return fmt.Errorf("bench: %w", err)
 		}
+		b.retainedUpTo = upTo
 		done.Add(int64(count))
-	}
-	if err := b.pool.QueryRow(ctx, `SELECT max(id) FROM `+benchTable.Qualified()).Scan(&b.retainedUpTo); err != nil {
-		return fmt.Errorf("bench: retained rows: %w", err)
-	}
-	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+benchTable.Qualified()); err != nil {
-		return fmt.Errorf("bench: vacuum the retained rows: %w", err)
 	}
 	// Writing them dirtied gigabytes of pages; without a checkpoint now, flushing them
 	// would fall on whichever phase runs next (the SQL ceiling). CHECKPOINT needs a
 	// superuser or pg_checkpoint: without either, the phases pay for it as they would.
-	_, _ = b.pool.Exec(ctx, "CHECKPOINT")
+	if err := b.store.BenchVacuum(ctx, true); err != nil {
+		return fmt.Errorf("bench: the retained rows: %w", err)
+	}
 	return nil
 }
 
@@ -99,8 +90,8 @@ func (b *bench) fill(ctx context.Context, phase string, n int) error {
 		}
 		done.Add(int64(len(msgs)))
 	}
-	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+benchTable.Qualified()); err != nil {
-		return fmt.Errorf("bench: vacuum the backlog: %w", err)
+	if err := b.store.BenchVacuum(ctx, false); err != nil {
+		return fmt.Errorf("bench: the backlog: %w", err)
 	}
 	return nil
 }

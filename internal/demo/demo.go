@@ -28,6 +28,7 @@ import (
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
 	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -138,7 +139,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("demo: database_url: %w", config.RedactParseError(err))
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+table.Quote(demoTable.Schema)+" CASCADE"); err != nil {
+	if err := store.DropSchema(ctx, pool, demoTable.Schema); err != nil {
 		return fmt.Errorf("demo: connect to database %s: %w", config.RedactDSN(cfg.DatabaseURL), err)
 	}
 	cfg.Schema, cfg.TableName = demoTable.Schema, demoTable.Table
