@@ -8,11 +8,9 @@ import (
 	"sync"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -22,7 +20,7 @@ import (
 // benchNATS is the NATS server the nats and jetstream drivers publish to: embedded
 // (with JetStream, file storage) unless --nats-url names one.
 type benchNATS struct {
-	srv    *natsserver.Server // nil for a server of the user's
+	stop   func() // stops the embedded server; nil for a server of the user's
 	dir    string
 	url    string
 	nc     *natsgo.Conn
@@ -37,18 +35,10 @@ func startBenchNATS(ctx context.Context, url string, withJetStream bool) (*bench
 			return nil, err
 		}
 		n.dir = dir
-		n.srv, err = natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
-			JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-		if err != nil {
+		if n.url, n.stop, err = StartEmbeddedNATS(dir); err != nil {
 			n.close()
-			return nil, fmt.Errorf("bench: start embedded NATS: %w", err)
+			return nil, fmt.Errorf("bench: %w", err)
 		}
-		go n.srv.Start()
-		if !n.srv.ReadyForConnections(10 * time.Second) {
-			n.close()
-			return nil, errors.New("bench: embedded NATS did not start within 10s")
-		}
-		n.url = n.srv.ClientURL()
 	}
 	var err error
 	if n.nc, err = natsgo.Connect(n.url, natsgo.Timeout(10*time.Second)); err != nil {
@@ -81,7 +71,7 @@ func startBenchNATS(ctx context.Context, url string, withJetStream bool) (*bench
 
 func (n *benchNATS) close() {
 	if n.nc != nil {
-		if n.stream != nil && n.srv == nil {
+		if n.stream != nil && n.stop == nil {
 			// On the user's server, leave nothing behind.
 			if js, err := jetstream.New(n.nc); err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -91,9 +81,8 @@ func (n *benchNATS) close() {
 		}
 		n.nc.Close()
 	}
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
+	if n.stop != nil {
+		n.stop()
 	}
 	if n.dir != "" {
 		_ = os.RemoveAll(n.dir)
@@ -214,7 +203,7 @@ func (j jetStreamCounter) count(ctx context.Context, ids []int64, _ *dispatcherP
 // benchKafka is the Kafka cluster the kafka driver publishes to: an embedded
 // Kafka-protocol broker (kfake) unless --kafka-brokers names one.
 type benchKafka struct {
-	cluster *kfake.Cluster // nil for a cluster of the user's
+	stop    func() // stops the embedded broker; nil for a cluster of the user's
 	brokers []string
 	cl      *kgo.Client
 }
@@ -225,18 +214,17 @@ const benchKafkaTopic = benchPrefix + benchTopic
 func startBenchKafka(ctx context.Context, brokers []string) (*benchKafka, error) {
 	k := &benchKafka{brokers: brokers}
 	if len(brokers) == 0 {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, benchKafkaTopic))
-		if err != nil {
-			return nil, fmt.Errorf("bench: start the embedded Kafka-protocol broker: %w", err)
+		var err error
+		if k.brokers, k.stop, err = startEmbeddedKafka(benchPartitions, benchKafkaTopic); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
 		}
-		k.cluster, k.brokers = c, c.ListenAddrs()
 	}
 	var err error
 	if k.cl, err = kgo.NewClient(kgo.SeedBrokers(k.brokers...)); err != nil {
 		k.close()
 		return nil, fmt.Errorf("bench: Kafka client: %w", err)
 	}
-	if _, err := k.partitions(ctx); err == nil || k.cluster != nil {
+	if _, err := k.partitions(ctx); err == nil || k.stop != nil {
 		return k, err
 	}
 	// A cluster of the user's without the topic: create it.
@@ -261,8 +249,8 @@ func (k *benchKafka) close() {
 	if k.cl != nil {
 		k.cl.Close()
 	}
-	if k.cluster != nil {
-		k.cluster.Close()
+	if k.stop != nil {
+		k.stop()
 	}
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -180,3 +181,8 @@ func lookupEnv(environ []string, key string) string {
 	}
 	return ""
 }
+
+// ErrNotEmbedded is what starting an embedded broker reports in a build with the
+// noembed tag.
+var ErrNotEmbedded = errors.New("this outboxd was built with -tags noembed, without the embedded NATS server " +
+	"and Kafka-protocol broker")

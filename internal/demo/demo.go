@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -58,32 +57,6 @@ type demoSummary struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
-// Options are outboxd demo's command line, as cmd/outboxd's flags fill them; each
-// field's flag is named in its comment. DefaultOptions gives every default.
-type Options struct {
-	Messages        int           // --messages: messages to produce
-	Producers       int           // --producers: concurrent producer goroutines
-	Batch           int           // --batch: messages per producer transaction
-	RollbackEvery   int           // --rollback-every: roll back every Nth transaction (0: never)
-	LoseAnswerEvery int           // --lose-answer-every: lose the answer to every Nth batch (0: never)
-	JSON            bool          // --json: the summary as one JSON object, alone on stdout
-	Timeout         time.Duration // --timeout: give up waiting for delivery after this long
-	// DatabaseURL is the PostgreSQL the demo writes to, in its own schema ("": the
-	// configuration's default).
-	DatabaseURL    string
-	Stdout, Stderr io.Writer
-}
-
-// DefaultOptions are the demo's defaults: 100,000 messages from 8 producers.
-func DefaultOptions() Options {
-	return Options{Messages: 100000, Producers: 8, Batch: 50, RollbackEvery: 10, Timeout: 5 * time.Minute}
-}
-
-// OptionError is a mistake in the options, as a command line's usage error.
-type OptionError string
-
-func (e OptionError) Error() string { return string(e) }
-
 // Run is outboxd demo: an embedded NATS server with JetStream, a dispatcher, concurrent
 // producers and a consumer, ending with a summary. Mistakes in o fail as OptionError
 // before anything starts.
@@ -93,6 +66,9 @@ func Run(ctx context.Context, o Options) error {
 		return OptionError("demo: --messages must be at least 1")
 	case o.Producers < 1 || o.Batch < 1 || o.RollbackEvery < 0 || o.LoseAnswerEvery < 0:
 		return OptionError("demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0")
+	}
+	if !bench.Embedded {
+		return fmt.Errorf("demo: %w, which the demo runs on: use a build without the tag (make demo builds one)", bench.ErrNotEmbedded)
 	}
 	cfg := config.Default()
 	if o.DatabaseURL != "" {
@@ -109,17 +85,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer os.RemoveAll(storeDir)
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
-		JetStream: true, StoreDir: storeDir, NoLog: true, NoSigs: true})
+	natsURL, stopNATS, err := bench.StartEmbeddedNATS(storeDir)
 	if err != nil {
-		return fmt.Errorf("demo: start embedded NATS: %w", err)
+		return fmt.Errorf("demo: %w", err)
 	}
-	go ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("demo: embedded NATS did not start within 10s")
-	}
-	nc, err := natsgo.Connect(ns.ClientURL())
+	defer stopNATS()
+	nc, err := natsgo.Connect(natsURL)
 	if err != nil {
 		return fmt.Errorf("demo: connect to embedded NATS: %w", err)
 	}
@@ -144,7 +115,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cfg.Schema, cfg.TableName = demoTable.Schema, demoTable.Table
 	drv := config.DefaultDriver(config.TypeJetStream)
-	drv.URL = ns.ClientURL()
+	drv.URL = natsURL
 	// The demo shows the first-deployment setting: the driver creates its stream when
 	// it is missing (production leaves this off; docs/configuration.md).
 	drv.Provision.Enabled, drv.Provision.Stream = true, "OUTBOXD_DEMO"
