@@ -1,25 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/migrations"
-	"github.com/outboxd/outboxd/producer"
 )
 
 // buildOutboxd builds this command into a temporary directory. outboxd bench runs the
@@ -87,15 +78,15 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 	}
 	walk("", raw)
 
-	var r benchReport
+	var r bench.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
 	if !r.OK || r.Missing != 0 {
 		t.Errorf("ok %v, missing %d", r.OK, r.Missing)
 	}
-	if !slices.Equal(r.Settings.Drivers, benchDrivers) || len(r.Drivers) != len(benchDrivers) {
-		t.Fatalf("measured drivers %v (report holds %d), want %v", r.Settings.Drivers, len(r.Drivers), benchDrivers)
+	if !slices.Equal(r.Settings.Drivers, bench.DriverTypes()) || len(r.Drivers) != len(bench.DriverTypes()) {
+		t.Fatalf("measured drivers %v (report holds %d), want %v", r.Settings.Drivers, len(r.Drivers), bench.DriverTypes())
 	}
 	if r.Settings.BatchSizeFrom != "default" || r.Settings.Messages != 2000 {
 		t.Errorf("settings %+v: want run's default batch size and --quick's 2000 messages", r.Settings)
@@ -135,17 +126,17 @@ func TestBenchAcknowledgingByDeleteDrainsWithDeletes(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench --ack delete: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	var r benchReport
+	var r bench.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("bench --json printed no JSON object: %v\n%s", err, out)
 	}
 	d := r.Drivers["discard"]
-	if r.Settings.Ack != benchAckDelete || d == nil || !r.OK || d.Drain.DeliveredInTable != int64(r.Settings.Messages) {
+	if r.Settings.Ack != bench.AckDelete || d == nil || !r.OK || d.Drain.DeliveredInTable != int64(r.Settings.Messages) {
 		t.Fatalf("settings.ack %q, ok %v, drain %+v; want delete, ok, every message delivered", r.Settings.Ack, r.OK, d)
 	}
 	var left int
-	if err := testenv.Connect(t, dsn).QueryRow(t.Context(), "SELECT count(*) FROM "+benchTable.Qualified()).Scan(&left); err != nil || left != 0 {
-		t.Fatalf("%d rows left in %s after the last phase (%v); acknowledging deletes every one", left, benchTable, err)
+	if err := testenv.Connect(t, dsn).QueryRow(t.Context(), "SELECT count(*) FROM "+bench.Table.Qualified()).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows left in %s after the last phase (%v); acknowledging deletes every one", left, bench.Table, err)
 	}
 }
 
@@ -162,7 +153,7 @@ func TestBenchUsesTheBrokersItIsGivenAndLeavesNothingThere(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	var r benchReport
+	var r bench.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
@@ -223,152 +214,5 @@ func TestTheDiscardDriverTypeIsAcceptedAndTakesNoTLS(t *testing.T) {
 	code, _, errOut := outboxd(t, environ, "config", "check")
 	if code != 1 || !strings.Contains(errOut, "drivers.sink.tls: not used by type discard") || !strings.Contains(errOut, "drivers.sink.url: only valid") {
 		t.Fatalf("config check with TLS and a URL on a discard driver: exit %d, %q", code, errOut)
-	}
-}
-
-func TestTallyCountsEachCommittedMessageOnceAndItsCopies(t *testing.T) {
-	t.Parallel()
-	tl := newTally()
-	for _, id := range []string{"1", "2", "2", "2", "9", "not-an-id", ""} {
-		tl.add(id)
-	}
-	arrived, dups := tl.against([]int64{1, 2, 3})
-	if arrived != 2 || dups != 2 || tl.count() != 7 {
-		t.Fatalf("arrived %d, duplicates %d, total %d; want 2, 2, 7", arrived, dups, tl.count())
-	}
-}
-
-const benchDoc = "../../docs/benchmarks.md"
-
-// jsonPaths lists the dotted JSON field paths of t; a map's key is written <driver>.
-func jsonPaths(t reflect.Type, prefix string) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		var out []string
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.Anonymous {
-				out = append(out, jsonPaths(f.Type, prefix)...)
-				continue
-			}
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			out = append(out, jsonPaths(f.Type, prefix+name+".")...)
-		}
-		return out
-	case reflect.Map:
-		return jsonPaths(t.Elem(), prefix+"<driver>.")
-	}
-	return []string{strings.TrimSuffix(prefix, ".")}
-}
-
-func TestDocsListEveryJSONFieldOfTheBenchAndNoOther(t *testing.T) {
-	t.Parallel()
-	data, err := os.ReadFile(benchDoc)
-	if err != nil {
-		t.Fatalf("read the benchmark docs: %v", err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## JSON fields\n")
-	if !ok {
-		t.Fatalf("%s has no section \"## JSON fields\"", benchDoc)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	documented := map[string]bool{}
-	for _, line := range strings.Split(section, "\n") {
-		if rest, ok := strings.CutPrefix(line, "| `"); ok {
-			key, _, _ := strings.Cut(rest, "`")
-			documented[key] = true
-		}
-	}
-	paths := jsonPaths(reflect.TypeFor[benchReport](), "")
-	for _, p := range paths {
-		if !documented[p] {
-			t.Errorf("%s does not document the JSON field %s", benchDoc, p)
-		}
-	}
-	for p := range documented {
-		if !slices.Contains(paths, p) {
-			t.Errorf("%s documents %s, which bench --json does not print", benchDoc, p)
-		}
-	}
-}
-
-// TestTheDrainsDispatcherRunsWithTheBenchsConfiguration reads the child dispatcher's
-// environment back as `outboxd run` would and compares it with the configuration the
-// bench meant: a setting left out of the environment would silently measure run's
-// default instead (as --ordered once did, draining ordered backlogs unordered).
-func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{
-		{"--ordered", "--streams", "3", "--batch", "250", "--concurrency", "5"},
-		{"--ack", "delete", "--drivers", "kafka,jetstream", "--flow=false"},
-		{},
-	} {
-		o, err := parseBenchFlags(env{args: args, environ: []string{"OUTBOXD_DATABASE_URL=postgres://u@db:5432/bench"}, stderr: io.Discard})
-		if err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-		o.natsURL, o.kafkaBrokers = "nats://127.0.0.1:4222", []string{"127.0.0.1:9092", "127.0.0.1:9093"}
-		for _, d := range o.set.Drivers {
-			want, err := benchConfig(o, d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := config.Load("", benchEnviron([]string{"OUTBOXD_STREAMS__LEAK__DRIVER=x", "PATH=/bin"}, want))
-			if err != nil {
-				t.Fatalf("%v, %s: the child's environment does not load: %v", args, d, err)
-			}
-			if !reflect.DeepEqual(*got, want) {
-				t.Errorf("%v, %s: the child would run with\n%+v\nwant\n%+v", args, d, *got, want)
-			}
-		}
-	}
-}
-
-// TestBenchCountsOnlyTheDrainedMessagesAsArrivals keeps the --retained rows out of a
-// drain's arrival count: they were delivered before the bench began and never arrive,
-// so counting against their ids too let extra copies pass for arrivals (and kept the
-// core NATS counter waiting for ids that never come).
-func TestBenchCountsOnlyTheDrainedMessagesAsArrivals(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dsn := testenv.EmptyDatabase(t)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := migrations.Up(ctx, dsn, benchTable); err != nil {
-		t.Fatal(err)
-	}
-	writer, err := producer.New(benchTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const retained, backlog, copies = 50, 20, 2
-	b := &bench{opt: benchOptions{dsn: dsn, set: benchSettings{Retained: retained, Keys: 5}}, pool: pool, writer: writer,
-		payload: []byte("p"), streams: benchStreams(1), progress: newProgress(io.Discard, false)}
-	if err := b.retain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.fill(ctx, "drain discard", backlog); err != nil {
-		t.Fatal(err)
-	}
-	ids, err := b.ids(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The discard driver's total: every drained message once, two of them twice.
-	child := &dispatcherProcess{discarded: backlog + copies}
-	arrived, duplicates, err := discardCounter{}.count(ctx, ids, child)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if arrived != backlog || duplicates != copies {
-		t.Errorf("counted %d arrived and %d duplicates against %d ids; want %d arrived (the drained backlog) and %d duplicates",
-			arrived, duplicates, len(ids), backlog, copies)
 	}
 }

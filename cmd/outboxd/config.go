@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/app"
 )
 
 // loadConfig parses the --config flag from fs and loads the configuration.
@@ -60,7 +61,7 @@ func configCmd(ctx context.Context, e env) error {
 		return err
 	}
 	if *connect {
-		return connectCheck(ctx, cfg, e.stdout, e.stderr)
+		return app.ConnectCheck(ctx, cfg, e.stdout, e.stderr)
 	}
 	fmt.Fprintf(e.stdout, "# configuration is valid; effective values, secrets redacted\n%s", cfg.YAML())
 	return nil

@@ -1,5 +1,5 @@
 // Command outboxd delivers rows of a transactional outbox table in PostgreSQL to Kafka
-// and NATS. This file is the composition root: it parses the command line and
+// and NATS. It parses the command line, answers help and maps errors to exit codes;
 // configuration and hands over to the packages that do the work.
 package main
 
@@ -13,6 +13,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/outboxd/outboxd/internal/app"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -28,7 +30,7 @@ type usageError struct {
 func (e usageError) Error() string { return e.msg }
 
 // errReported fails a command that has already printed why, one line per problem.
-var errReported = errors.New("problems reported")
+var errReported = app.ErrReported
 
 const usage = `outboxd delivers transactional-outbox rows from PostgreSQL to Kafka and NATS.
 

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -162,78 +159,9 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 }
 
-func TestAStreamWithFlowOffRunsAPipelineThatNeverFlows(t *testing.T) {
-	t.Parallel()
-	for value, noFlow := range map[string]bool{"false": true, "true": false} {
-		cfg, err := config.Load("", []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink",
-			"OUTBOXD_STREAMS__ORDERS__FLOW=" + value})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := pipelineConfig("orders", cfg.Streams["orders"], "r").NoFlow; got != noFlow {
-			t.Errorf("streams.orders.flow %s: the pipeline's NoFlow is %v, want %v", value, got, noFlow)
-		}
-	}
-}
-
-func TestAStreamsFlowRateReachesItsPipeline(t *testing.T) {
-	t.Parallel()
-	for value, want := range map[string]int{"": 500, "20": 20} {
-		env := []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink"}
-		if value != "" {
-			env = append(env, "OUTBOXD_STREAMS__ORDERS__FLOW_RATE="+value)
-		}
-		cfg, err := config.Load("", env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := pipelineConfig("orders", cfg.Streams["orders"], "r").FlowRate; got != want {
-			t.Errorf("streams.orders.flow_rate %q: the pipeline's FlowRate is %d, want %d", value, got, want)
-		}
-	}
-}
-
-// TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes: the pipelines'
-// sessions run with synchronous_commit off, the rest keep the server's setting, and a
-// database_url that sets it is obeyed.
-func TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes(t *testing.T) {
-	t.Parallel()
-	dsn := testenv.SharedDatabase(t)
-	streams := map[string]config.Stream{"orders": {Concurrency: 3}, "payments": {Concurrency: 1}}
-	setting := func(c *pgxpool.Config) string {
-		t.Helper()
-		pool, err := pgxpool.NewWithConfig(t.Context(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		var v string
-		if err := pool.QueryRow(t.Context(), "SHOW synchronous_commit").Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	base, err := pgxpool.ParseConfig(dsn)
+func must(t testing.TB, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-	server := setting(base)
-	pipes := pipelineSessions(base, streams)
-	if got := setting(pipes); got != "off" || pipes.MaxConns != 3+2+1+2 {
-		t.Errorf("pipelines' sessions: synchronous_commit %s, %d connections; want off, 8", got, pipes.MaxConns)
-	}
-	if got := setting(base); got != server {
-		t.Errorf("the other sessions: synchronous_commit %s, want the server's %s", got, server)
-	}
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	given, err := pgxpool.ParseConfig(dsn + sep + "synchronous_commit=remote_write")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := setting(pipelineSessions(given, streams)); got != "remote_write" {
-		t.Errorf("with synchronous_commit=remote_write in database_url, the pipelines' sessions have %s", got)
 	}
 }

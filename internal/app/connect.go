@@ -1,0 +1,177 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
+)
+
+// ErrReported fails a command that has already printed why, one line per problem.
+var ErrReported = errors.New("problems reported")
+
+// probeTimeout bounds each dial and question of config check --connect.
+const probeTimeout = 10 * time.Second
+
+// ConnectCheck is `outboxd config check --connect`: it dials the database and every
+// driver and asks each driver whether the destinations its streams publish to exist
+// (router.Prober). It prints one line per problem, each saying what to do, and fails
+// with ErrReported; or a short summary.
+func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) error {
+	var problems, oks []string
+	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	dbCtx, cancel := context.WithTimeout(ctx, probeTimeout)
+	st, closeStore, err := openStore(dbCtx, cfg)
+	cancel()
+	switch {
+	case err == nil:
+		closeStore()
+		oks = append(oks, fmt.Sprintf("database %s: connected, schema up to date", st.Table()))
+	case strings.HasPrefix(err.Error(), "connect to database") || strings.HasPrefix(err.Error(), "database_url"):
+		problem("database %s: %v: check database_url and that PostgreSQL accepts connections", config.RedactDSN(cfg.DatabaseURL), err)
+	default:
+		problem("database: %v", err)
+	}
+
+	quiet := slog.New(slog.DiscardHandler)
+	probers := map[string]router.Prober{}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Drivers)) {
+		dc := cfg.Drivers[name]
+		if dc.Type == config.TypeDiscard {
+			continue
+		}
+		drv, err := newDriver(name, dc, quiet)
+		if err != nil {
+			problem("driver %q: %v: fix drivers.%s", name, err, name)
+			continue
+		}
+		defer drv.Close()
+		p, ok := drv.(router.Prober)
+		if !ok {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err = p.Probe(pctx, "")
+		cancel()
+		if err != nil {
+			problem("driver %q: cannot reach %s: %v: check the address and that the broker is up", name, where(dc), err)
+			continue
+		}
+		probers[name] = p
+		oks = append(oks, fmt.Sprintf("driver %q: reached %s", name, where(dc)))
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(cfg.Streams)) {
+		s := cfg.Streams[name]
+		for _, d := range destinations(cfg, s) {
+			p, ok := probers[d.driver]
+			if !ok {
+				continue // unreachable or nothing to ask: reported above
+			}
+			dc := cfg.Drivers[d.driver]
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			err := p.Probe(pctx, d.dest)
+			cancel()
+			var missing *router.NoDestinationError
+			switch {
+			case err == nil:
+				oks = append(oks, fmt.Sprintf("stream %q: %s %q exists on driver %q", name, d.what, d.dest, d.driver))
+			case errors.As(err, &missing) && dc.Provision.Enabled:
+				oks = append(oks, fmt.Sprintf("stream %q: %s on %s; driver %q creates it (provision.enabled)", name, missing, where(dc), d.driver))
+			case errors.As(err, &missing):
+				problem("stream %q: %s on %s: %s, or set drivers.%s.provision.enabled: true", name, missing, where(dc), d.fix, d.driver)
+			default:
+				problem("stream %q: could not check %s %q on %s: %v: check that the broker is up and outboxd may read its metadata", name, d.what, d.dest, where(dc), err)
+			}
+		}
+	}
+
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return ErrReported
+	}
+	fmt.Fprintf(stdout, "OK: configuration valid; database, %d driver(s) and %d stream(s) checked\n", len(probers), len(cfg.Streams))
+	for _, ok := range oks {
+		fmt.Fprintln(stdout, "  "+ok)
+	}
+	return nil
+}
+
+// destination is one thing a stream publishes to that can be asked about before the
+// first message.
+type destination struct {
+	driver, dest string
+	what         string // "subject", "topic"
+	fix          string // what creates it, as a clause
+}
+
+// destinations lists what can be known of s's destinations from the configuration: on
+// JetStream, the subjects under its topic_prefix; its dead-letter topic. A Kafka topic or
+// a subject without a prefix comes from each row, so only the cluster is checked.
+func destinations(cfg *config.Config, s config.Stream) []destination {
+	var out []destination
+	add := func(driver, dest string) {
+		switch cfg.Drivers[driver].Type {
+		case config.TypeJetStream:
+			out = append(out, destination{driver, dest, "subject", "create a stream capturing it"})
+		case config.TypeKafka:
+			out = append(out, destination{driver, dest, "topic", "create it"})
+		}
+	}
+	if cfg.Drivers[s.Driver].Type == config.TypeJetStream && s.TopicPrefix != "" {
+		add(s.Driver, s.TopicPrefix+">")
+	}
+	if dl := s.DeadLetter; dl.Driver != "" {
+		add(dl.Driver, dl.Topic)
+	}
+	return out
+}
+
+// where names a driver's servers, credentials redacted.
+func where(d config.Driver) string {
+	if d.Type == config.TypeKafka {
+		return strings.Join(d.Brokers, ",")
+	}
+	return d.Redacted().URL
+}
+
+// openStore connects to the configured table with a small pool and checks its schema;
+// done closes the pool.
+func openStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done func(), err error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
+	}
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connect to database: %w", err)
+	}
+	st, err := store.New(pool, cfg.Table())
+	if err == nil {
+		err = CheckSchema(ctx, st, cfg.DatabaseURL)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return st, pool.Close, nil
+}

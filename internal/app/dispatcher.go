@@ -1,0 +1,386 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
+	"github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Dispatcher is everything `outboxd run` starts: the pool, the router with its
+// drivers, one pipeline per stream, the listener, janitor and samplers, and the event
+// bus with the dead-letter forwarder.
+type Dispatcher struct {
+	pool  *pgxpool.Pool
+	store *store.Store
+	// pipePool and pipeStore serve the pipelines' claims and write-backs, committed
+	// without waiting for their WAL flush (pipelineSessions).
+	pipePool   *pgxpool.Pool
+	pipeStore  *store.Store
+	router     *router.Router
+	drivers    map[string]router.Driver
+	pipelines  []*dispatch.Pipeline
+	listener   *dispatch.Listener
+	janitor    *dispatch.Janitor
+	sampler    *dispatch.Sampler
+	unserved   *dispatch.UnservedSampler
+	blocked    *dispatch.BlockedSampler // nil when no stream is ordered
+	bus        *events.Bus
+	deadLetter *dispatch.DeadLetterForwarder
+	failures   *dispatch.FailureLog
+	// busSubscribers names the dispatcher's own asynchronous bus subscribers.
+	busSubscribers []string
+	log            *slog.Logger
+}
+
+// Options adjust a dispatcher for callers other than `run` (demo, tests).
+type Options struct {
+	// Migrate applies pending schema migrations before the schema is checked.
+	Migrate bool
+	// Subscribe, when set, adds subscribers to the bus before anything emits (metrics,
+	// the admin API's breaker board, tests).
+	Subscribe func(bus *events.Bus)
+	// Wrap, when set, wraps each stream's publisher (tracing; the demo times
+	// confirmations).
+	Wrap func(stream string, p dispatch.Publisher) dispatch.Publisher
+}
+
+// Store is the store of the dispatcher's general pool (janitor, samplers, admin API).
+func (d *Dispatcher) Store() *store.Store { return d.store }
+
+// Driver is the open driver configured under name, nil if none.
+func (d *Dispatcher) Driver(name string) router.Driver { return d.drivers[name] }
+
+// Layout is the migration layout the configuration asks for.
+func Layout(cfg *config.Config) migrations.Layout {
+	if cfg.Janitor.Partitions.Enabled {
+		return migrations.Partitioned
+	}
+	return migrations.Plain
+}
+
+// NewDispatcher builds a Dispatcher from a validated configuration. A broker that is
+// down does not stop it: drivers connect in the background and only the streams routed
+// to a missing broker wait.
+func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger, opt Options) (_ *Dispatcher, err error) {
+	if err := cfg.RequireStreams(); err != nil {
+		return nil, err
+	}
+	n := cfg.Table()
+	if opt.Migrate {
+		if err := Layout(cfg).Up(ctx, cfg.DatabaseURL, n); err != nil {
+			return nil, err
+		}
+	}
+
+	d := &Dispatcher{log: logger, bus: events.NewBus(logger)}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	poolConfig, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
+	}
+	// Every statement here is short and planned once; JIT compilation only adds latency.
+	poolConfig.ConnConfig.RuntimeParams["jit"] = "off"
+	deadPeers(&poolConfig.ConnConfig.Config, cfg.Database)
+	poolConfig.MaxConns = max(poolConfig.MaxConns, 4) // janitor, samplers, admin API
+	pipeConfig := pipelineSessions(poolConfig, cfg.Streams)
+	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	opts := StoreOptions(cfg.Janitor)
+	if d.store, err = store.New(d.pool, n, opts...); err != nil {
+		return nil, err
+	}
+	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
+		return nil, err
+	}
+	if err := CheckSchema(ctx, d.store, cfg.DatabaseURL); err != nil {
+		return nil, err
+	}
+	if cfg.Janitor.Partitions.Enabled {
+		partitioned, err := d.store.Partitioned(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !partitioned {
+			return nil, fmt.Errorf("janitor.partitions.enabled is true but %s is not partitioned: see docs/partitioning.md to convert it", n)
+		}
+	}
+
+	drivers := map[string]router.Driver{}
+	for _, name := range sortedKeys(cfg.Drivers) {
+		drv, err := newDriver(name, cfg.Drivers[name], logger) // each driver adds its name
+		if err != nil {
+			for _, open := range drivers {
+				_ = open.Close()
+			}
+			return nil, err
+		}
+		drivers[name] = drv
+	}
+	d.drivers = drivers
+	if err := provisionDrivers(ctx, cfg, drivers, logger); err != nil {
+		for _, open := range drivers {
+			_ = open.Close()
+		}
+		return nil, err
+	}
+	var routes []router.Route
+	for _, stream := range sortedKeys(cfg.Streams) {
+		s := cfg.Streams[stream]
+		routes = append(routes, router.Route{Stream: stream, DriverName: s.Driver, Driver: drivers[s.Driver], TopicPrefix: s.TopicPrefix})
+	}
+	if d.router, err = router.New(routes...); err != nil {
+		for _, open := range drivers {
+			_ = open.Close()
+		}
+		return nil, err
+	}
+
+	var wakers []dispatch.Waker
+	for _, stream := range d.router.Streams() {
+		s := cfg.Streams[stream]
+		rp, err := d.router.Publisher(stream)
+		if err != nil {
+			return nil, err
+		}
+		var pub dispatch.Publisher = rp
+		if opt.Wrap != nil {
+			pub = opt.Wrap(stream, pub)
+		}
+		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.pipeStore, pub, d.bus,
+			logger.With("driver", s.Driver))
+		if err != nil {
+			return nil, err
+		}
+		d.pipelines = append(d.pipelines, p)
+		wakers = append(wakers, p)
+	}
+	listenConfig, err := pgx.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
+	}
+	deadPeers(&listenConfig.Config, cfg.Database)
+	d.listener = dispatch.NewListener(listenConfig, n, wakers, d.bus, logger)
+	j := cfg.Janitor
+	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
+	if j.Partitions.Enabled {
+		jc.Partitions = dispatch.NewPartitions(d.store, j.Partitions.Interval, j.Partitions.Ahead, j.Retention, logger)
+	}
+	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
+	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+	d.unserved = dispatch.NewUnservedSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+	if ordered := orderedStreams(cfg); len(ordered) > 0 {
+		d.blocked = dispatch.NewBlockedSampler(ordered, j.StatsInterval, d.store, d.bus, logger)
+	}
+
+	var dead []dispatch.DeadLetterRoute
+	for _, stream := range d.router.Streams() {
+		if dl := cfg.Streams[stream].DeadLetter; dl.Driver != "" {
+			dead = append(dead, dispatch.DeadLetterRoute{Stream: stream, Topic: dl.Topic, Publisher: drivers[dl.Driver]})
+		}
+	}
+	if len(dead) > 0 {
+		d.deadLetter = dispatch.NewDeadLetterForwarder(dead, d.bus, logger, dispatch.DeadLetterOptions{})
+		// One queue per stream: a dead-letter broker that is down holds back only the
+		// dead letters of the streams routed to it.
+		for _, route := range dead {
+			name := "deadletter-" + route.Stream
+			wants := func(e events.Event) bool {
+				f, ok := e.(events.MessageFailed)
+				return ok && f.Stream == route.Stream
+			}
+			d.bus.SubscribeAsync(name, 1024, d.deadLetter.Handle, events.Filter(wants))
+			d.busSubscribers = append(d.busSubscribers, name)
+		}
+	}
+	// Synchronous, so that every failure is logged or counted in its stream's summary.
+	d.failures = dispatch.NewFailureLog(0, 0, logger)
+	d.bus.Subscribe("failure-log", d.failures.Handle, events.Filter(dispatch.IsMessageFailed))
+	if opt.Subscribe != nil {
+		opt.Subscribe(d.bus)
+	}
+	return d, nil
+}
+
+// orderedStreams names the streams configured ordered, in name order.
+func orderedStreams(cfg *config.Config) []string {
+	var out []string
+	for _, name := range sortedKeys(cfg.Streams) {
+		if cfg.Streams[name].Ordered {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// pipelineConfig maps a stream's settings onto its pipeline.
+func pipelineConfig(name string, s config.Stream, replica string) dispatch.PipelineConfig {
+	return dispatch.PipelineConfig{
+		Stream: name, Owner: replica, TopicPrefix: s.TopicPrefix,
+		BatchSize: s.BatchSize, Concurrency: s.Concurrency, PollInterval: s.PollInterval,
+		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
+		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,
+		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer, Ordered: s.Ordered, NoFlow: !s.Flow,
+		FlowRate: s.FlowRate,
+	}
+}
+
+func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver, error) {
+	switch d.Type {
+	case config.TypeKafka:
+		return kafka.New(name, d, logger)
+	case config.TypeNATS:
+		return nats.New(name, d, logger)
+	case config.TypeJetStream:
+		return jetstream.New(name, d, logger)
+	case config.TypeDiscard:
+		return discard.New(name, d, logger)
+	}
+	return nil, fmt.Errorf("drivers.%s.type: unknown driver type %q", name, d.Type)
+}
+
+// CheckSchema refuses to start on a schema this build does not expect, naming the fix.
+func CheckSchema(ctx context.Context, st *store.Store, dsn string) error {
+	v, dirty, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	want := migrations.Latest()
+	if v == 0 && !dirty {
+		if err := migrations.Unrecorded(ctx, dsn, st.Table()); err != nil {
+			return err
+		}
+	}
+	switch {
+	case dirty:
+		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way); repair it before starting", st.Table(), v)
+	case v != uint(want):
+		return fmt.Errorf("%s: schema is at version %d, this build needs %d: run `outboxd migrate up` or start with --migrate", st.Table(), v, want)
+	}
+	return nil
+}
+
+// Run drains every stream until ctx ends, then stops in two phases: the pipelines
+// first (they write back and release their leases), then the listener, janitor and
+// sampler; finally it closes drivers and pool.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopBackground()
+	var background sync.WaitGroup
+	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run, d.unserved.Run}
+	if d.blocked != nil {
+		loops = append(loops, d.blocked.Run)
+	}
+	for _, loop := range loops {
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			_ = loop(bgCtx) // each loop logs its own trouble and returns nil when stopped
+		}()
+	}
+	for _, p := range d.pipelines {
+		g.Go(func() error { return p.Run(gctx) })
+	}
+	err := g.Wait()
+	stopBackground()
+	background.Wait()
+	// The bus drains last, while the drivers are still open, so the dead letters of the
+	// final batches are forwarded; then the forwarder stops retrying.
+	busCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if berr := d.bus.Close(busCtx); berr != nil {
+		d.log.Warn("event bus did not drain before shutdown", "err", berr)
+	}
+	if d.deadLetter != nil {
+		d.deadLetter.Close()
+	}
+	d.failures.Close() // the failures left out of the log since the last summary
+	return errors.Join(err, d.close())
+}
+
+func (d *Dispatcher) close() error {
+	var errs []error
+	for _, name := range sortedKeys(d.drivers) { // every driver once, dead-letter ones too
+		if err := d.drivers[name].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close driver %s: %w", name, err))
+		}
+	}
+	d.drivers, d.router = nil, nil
+	for _, p := range []**pgxpool.Pool{&d.pool, &d.pipePool} {
+		if *p != nil {
+			(*p).Close()
+			*p = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// StoreOptions are the store's options the janitor's settings call for: with retention 0
+// nothing keeps delivered rows, so acknowledging deletes them.
+func StoreOptions(j config.Janitor) []store.Option {
+	if j.Retention == 0 {
+		return []store.Option{store.WithAckByDelete()}
+	}
+	return nil
+}
+
+// pipelineSessions is the pool configuration of the pipelines' claims and write-backs:
+// per stream its batches in flight, its claim and the flow lock it may hold, and
+// synchronous_commit off unless database_url sets it. Such a commit returns before its
+// WAL is flushed; a database crash within the next few hundred milliseconds can then
+// undo it, which at-least-once delivery absorbs: an undone claim leaves its rows pending,
+// an undone write-back leaves them leased until reclaimed, and either way they are
+// published again, never lost. Operators' requeues and skips, the janitor and migrations
+// keep the server's setting. Measured: docs/benchmarks.md.
+func pipelineSessions(base *pgxpool.Config, streams map[string]config.Stream) *pgxpool.Config {
+	c := base.Copy()
+	conns := int32(0)
+	for _, s := range streams {
+		conns += int32(s.Concurrency) + 2
+	}
+	c.MaxConns = max(conns, 2)
+	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	return c
+}
+
+// ListenerConnected reports whether the LISTEN connection is up, so that a caller
+// timing wake-ups can wait for it.
+func (d *Dispatcher) ListenerConnected() bool { return d.listener.Connected() }

@@ -1,0 +1,106 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/migrations"
+)
+
+// Migrate is `outboxd migrate up|down|version|status` on the configured table, in the
+// layout janitor.partitions.enabled names; steps is how many migrations down reverts
+// (0: all of them). It prints what it did, and the state the schema is left in, to
+// stdout.
+func Migrate(ctx context.Context, cfg *config.Config, sub string, steps int, stdout io.Writer) error {
+	n := cfg.Table()
+	layout := Layout(cfg)
+	m, err := layout.Open(ctx, cfg.DatabaseURL, n)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	before, _, err := m.Version()
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "up":
+		err = m.Up()
+	case "down":
+		err = m.Down(steps)
+	}
+	// What was applied is reported even when a later migration failed.
+	v, dirty, verr := m.Version()
+	if verr != nil {
+		return errors.Join(err, verr)
+	}
+	if sub == "up" {
+		if reportErr := reportApplied(stdout, n.String(), layout, before, v); reportErr != nil {
+			return errors.Join(err, reportErr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	state := "clean"
+	if dirty {
+		state = "dirty: a migration failed half-way; fix the schema by hand, then force the version with the migrate CLI"
+	}
+	if v == 0 && sub != "down" {
+		// A table the migrate CLI created without recording its version where we read it
+		// (up has already refused it with the same sentence).
+		if err := migrations.Unrecorded(ctx, cfg.DatabaseURL, n); err != nil {
+			return err
+		}
+	}
+	if sub == "status" {
+		return printStatus(stdout, n.String(), layout, v, state, dirty)
+	}
+	fmt.Fprintf(stdout, "%s: schema version %d of %d (%s)\n", n, v, migrations.Latest(), state)
+	if dirty {
+		return errors.New("migration state is dirty")
+	}
+	return nil
+}
+
+// reportApplied says which migrations an up applied, or that none was pending.
+func reportApplied(stdout io.Writer, table string, layout migrations.Layout, before, after uint) error {
+	applied, err := layout.Between(before, after)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "%s: no migration pending\n", table)
+		return nil
+	}
+	for _, m := range applied {
+		fmt.Fprintf(stdout, "%s: applied %s\n", table, m)
+	}
+	return nil
+}
+
+// printStatus is `migrate status`: where the schema is and what an up would apply.
+func printStatus(stdout io.Writer, table string, layout migrations.Layout, v uint, state string, dirty bool) error {
+	pending, err := layout.Between(v, migrations.Latest())
+	if err != nil {
+		return err
+	}
+	names := "none"
+	if len(pending) > 0 {
+		list := make([]string, len(pending))
+		for i, m := range pending {
+			list[i] = m.String()
+		}
+		names = strings.Join(list, ", ")
+	}
+	fmt.Fprintf(stdout, "table:   %s\nlayout:  %s (janitor.partitions.enabled)\nversion: %d of %d (%s)\npending: %s\n",
+		table, layout, v, migrations.Latest(), state, names)
+	if dirty {
+		return errors.New("migration state is dirty")
+	}
+	return nil
+}

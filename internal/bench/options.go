@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/config"
+)
+
+// Options are outboxd bench's command line, as cmd/outboxd's flags fill them; each
+// field's flag is named in its comment. DefaultOptions gives every default.
+type Options struct {
+	Messages        int           // --messages: backlog size of the SQL ceiling and of each drain
+	PayloadBytes    int           // --payload
+	Keys            int           // --keys: distinct message keys
+	Ordered         bool          // --ordered: every stream ordered (per-key FIFO)
+	Retained        int           // --retained: delivered rows kept through every phase
+	Flow            bool          // --flow: streams.<name>.flow of every stream
+	Ack             string        // --ack: AckUpdate or AckDelete
+	Streams         int           // --streams: streams the backlog is spread over
+	BatchSize       int           // --batch
+	Concurrency     int           // --concurrency
+	Rate            int           // --rate: offered rate of the latency phase, messages/s
+	LatencyDuration time.Duration // --latency-duration
+	IdleSamples     int           // --idle-samples
+	Drivers         string        // --drivers: comma-separated driver types
+	DatabaseURL     string        // --database-url ("": $OUTBOXD_DATABASE_URL, then a local default)
+	NATSURL         string        // --nats-url ("": an embedded server)
+	KafkaBrokers    string        // --kafka-brokers, host:port,... ("": an embedded broker)
+	JSON            bool          // --json
+	Quick           bool          // --quick: small sizes where the flag was not given
+	Binary          string        // --dispatcher-binary ("": this executable)
+	Timeout         time.Duration // --timeout: give up on a phase after this long
+
+	// Given names the flags given on the command line: --quick leaves those alone, and
+	// the report says where the batch size and concurrency came from.
+	Given map[string]bool
+	// Environ is the process environment: OUTBOXD_DATABASE_URL, and what the drain's
+	// dispatcher process inherits (every OUTBOXD_ variable left out).
+	Environ        []string
+	Version        string // the build version, in the report
+	Stdout, Stderr io.Writer
+}
+
+// The write-back modes of --ack.
+const (
+	AckUpdate = benchAckUpdate
+	AckDelete = benchAckDelete
+)
+
+// DriverTypes lists the driver types the bench knows, in report order.
+func DriverTypes() []string { return slices.Clone(benchDrivers) }
+
+// DefaultOptions are the bench's defaults: run's batch size, concurrency and flow, every
+// driver, embedded brokers.
+func DefaultOptions() Options {
+	def := config.DefaultStream()
+	return Options{
+		Messages: 100000, PayloadBytes: 1024, Keys: 1000, Flow: def.Flow, Ack: benchAckUpdate, Streams: 1,
+		BatchSize: def.BatchSize, Concurrency: def.Concurrency, Rate: 1000, LatencyDuration: 10 * time.Second,
+		IdleSamples: 500, Drivers: strings.Join(benchDrivers, ","), Timeout: 10 * time.Minute,
+	}
+}
+
+// OptionError is a mistake in the options, as a command line's usage error.
+type OptionError string
+
+func (e OptionError) Error() string { return string(e) }
+
+// benchOptions are the options resolved: --quick applied, drivers and DSN checked.
+type benchOptions struct {
+	set          benchSettings
+	dsn          string
+	natsURL      string
+	kafkaBrokers []string
+	binary       string
+	timeout      time.Duration
+	json         bool
+}
+
+// resolve checks o, mistakes as OptionError, and applies --quick and the defaults. The
+// dispatcher's settings must validate as run would validate them; they are checked
+// here rather than after the first phases.
+func resolve(o Options) (benchOptions, error) {
+	r := benchOptions{dsn: o.DatabaseURL, natsURL: o.NATSURL, binary: o.Binary, timeout: o.Timeout, json: o.JSON}
+	producerMessages := 40 * benchProducerBatch
+	if o.Quick {
+		for name, small := range map[string]func(){
+			"messages":         func() { o.Messages = 2000 },
+			"rate":             func() { o.Rate = 200 },
+			"latency-duration": func() { o.LatencyDuration = time.Second },
+			"idle-samples":     func() { o.IdleSamples = 20 },
+		} {
+			if !o.Given[name] {
+				small()
+			}
+		}
+		producerMessages = 2 * benchProducerBatch
+	}
+	from := func(name string) string {
+		if o.Given[name] {
+			return "flag"
+		}
+		return "default"
+	}
+	r.set = benchSettings{
+		Messages: o.Messages, PayloadBytes: o.PayloadBytes, Keys: o.Keys, Streams: o.Streams,
+		BatchSize: o.BatchSize, BatchSizeFrom: from("batch"), Concurrency: o.Concurrency, ConcurrencyFrom: from("concurrency"),
+		Rate: o.Rate, LatencySeconds: o.LatencyDuration.Seconds(), IdleSamples: o.IdleSamples, ProducerMessages: producerMessages,
+		Quick: o.Quick, NATS: "embedded", Kafka: "embedded", Retained: o.Retained, Ordered: o.Ordered, Ack: o.Ack, Flow: o.Flow,
+	}
+	switch {
+	case o.Messages < 1 || o.Keys < 1 || o.Streams < 1 || o.IdleSamples < 1 || o.Rate < 1:
+		return r, OptionError("bench: --messages, --keys, --streams, --idle-samples and --rate must be at least 1")
+	case o.PayloadBytes < 0:
+		return r, OptionError("bench: --payload must not be negative")
+	case o.Retained < 0:
+		return r, OptionError("bench: --retained must not be negative")
+	case o.LatencyDuration < 100*time.Millisecond || o.Timeout <= 0:
+		return r, OptionError("bench: --latency-duration must be at least 100ms and --timeout positive")
+	case o.Streams > 100:
+		return r, OptionError("bench: --streams must be at most 100")
+	case o.Ack != benchAckUpdate && o.Ack != benchAckDelete:
+		return r, OptionError(fmt.Sprintf("bench: --ack: unknown write-back %q; want %s or %s", o.Ack, benchAckUpdate, benchAckDelete))
+	case o.Ack == benchAckDelete && o.Retained > 0:
+		return r, OptionError("bench: --retained keeps delivered rows, which --ack delete (janitor.retention 0) does not: its janitor would purge them")
+	}
+	seen := map[string]bool{}
+	for _, d := range strings.Split(o.Drivers, ",") {
+		d = strings.TrimSpace(d)
+		if !slices.Contains(benchDrivers, d) {
+			return r, OptionError(fmt.Sprintf("bench: --drivers: unknown driver %q; want some of %s", d, strings.Join(benchDrivers, ", ")))
+		}
+		seen[d] = true
+	}
+	for _, d := range benchDrivers {
+		if seen[d] {
+			r.set.Drivers = append(r.set.Drivers, d)
+		}
+	}
+	if o.KafkaBrokers != "" {
+		for _, b := range strings.Split(o.KafkaBrokers, ",") {
+			r.kafkaBrokers = append(r.kafkaBrokers, strings.TrimSpace(b))
+		}
+		r.set.Kafka = strings.Join(r.kafkaBrokers, ",")
+	}
+	if r.natsURL != "" {
+		r.set.NATS = config.Driver{Type: config.TypeNATS, URL: r.natsURL}.Redacted().URL
+	}
+	if r.dsn == "" {
+		r.dsn = lookupEnv(o.Environ, "OUTBOXD_DATABASE_URL")
+	}
+	if r.dsn == "" {
+		r.dsn = "postgres://postgres@127.0.0.1:5432/postgres"
+	}
+	// Embedded brokers get their addresses later.
+	probe := r
+	if probe.natsURL == "" {
+		probe.natsURL = "nats://127.0.0.1:4222"
+	}
+	if len(probe.kafkaBrokers) == 0 {
+		probe.kafkaBrokers = []string{"127.0.0.1:9092"}
+	}
+	for _, d := range r.set.Drivers {
+		if _, err := benchConfig(probe, d); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+func lookupEnv(environ []string, key string) string {
+	for _, kv := range environ {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			return kv[len(key)+1:]
+		}
+	}
+	return ""
+}
+
+// ErrNotEmbedded is what starting an embedded broker reports in a build with the
+// noembed tag.
+var ErrNotEmbedded = errors.New("this outboxd was built with -tags noembed, without the embedded NATS server " +
+	"and Kafka-protocol broker")

@@ -1,0 +1,449 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
+)
+
+// message is the i-th message of a phase: streams round-robin, keys cycling, the same
+// incompressible payload.
+func (b *bench) message(i int) producer.Message {
+	return producer.Message{
+		Stream: b.streams[i%len(b.streams)], Topic: benchTopic,
+		Key: "key-" + strconv.Itoa(i%b.opt.set.Keys), Payload: b.payload,
+	}
+}
+
+// empty removes every row but the retained ones, so that each phase starts from the
+// same table.
+func (b *bench) empty(ctx context.Context) error {
+	if err := b.store.BenchEmpty(ctx, b.retainedUpTo); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
+
+// retain writes the --retained delivered rows once, with the bench's payload size, as a
+// deployment with a long retention would hold them, and remembers where they end.
+func (b *bench) retain(ctx context.Context) error {
+	n := b.opt.set.Retained
+	if n == 0 {
+		return nil
+	}
+	var done atomic.Int64
+	b.progress.begin("retained delivered rows", int64(n), done.Load)
+	defer b.progress.stop()
+	const chunk = 100000
+	for first := 0; first < n; first += chunk {
+		count := min(chunk, n-first)
+		upTo, err := b.store.BenchRetain(ctx, b.streams[0], b.payload, count)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		b.retainedUpTo = upTo
+		done.Add(int64(count))
+	}
+	// Writing them dirtied gigabytes of pages; without a checkpoint now, flushing them
+	// would fall on whichever phase runs next (the SQL ceiling). CHECKPOINT needs a
+	// superuser or pg_checkpoint: without either, the phases pay for it as they would.
+	if err := b.store.BenchVacuum(ctx, true); err != nil {
+		return fmt.Errorf("bench: the retained rows: %w", err)
+	}
+	return nil
+}
+
+// fill empties the table and commits a backlog of n messages through the producer's
+// COPY path, then runs VACUUM ANALYZE: a backlog that built up over time would have
+// had autovacuum's statistics, and every phase should plan alike.
+func (b *bench) fill(ctx context.Context, phase string, n int) error {
+	if err := b.empty(ctx); err != nil {
+		return err
+	}
+	var done atomic.Int64
+	b.progress.begin(phase+": filling the backlog", int64(n), done.Load)
+	defer b.progress.stop()
+	msgs := make([]producer.Message, 0, benchFillTx)
+	for first := 0; first < n; first += benchFillTx {
+		msgs = msgs[:0]
+		for i := first; i < min(n, first+benchFillTx); i++ {
+			msgs = append(msgs, b.message(i))
+		}
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.writer.EnqueueBatch(ctx, tx, msgs) })
+		if err != nil {
+			return fmt.Errorf("bench: fill the backlog: %w", err)
+		}
+		done.Add(int64(len(msgs)))
+	}
+	if err := b.store.BenchVacuum(ctx, false); err != nil {
+		return fmt.Errorf("bench: the backlog: %w", err)
+	}
+	return nil
+}
+
+// producerCost times the producer writing ProducerMessages messages, benchProducerBatch
+// per transaction, once with one Enqueue per message and once with EnqueueBatch (COPY).
+// Begin and commit are included, shared by the batch's messages.
+func (b *bench) producerCost(ctx context.Context) (benchProducer, error) {
+	p := benchProducer{Messages: b.opt.set.ProducerMessages, BatchSize: benchProducerBatch}
+	batch := make([]producer.Message, benchProducerBatch)
+	for i := range batch {
+		batch[i] = b.message(i)
+	}
+	measure := func(name string, write func(tx pgx.Tx) error) (float64, error) {
+		if err := b.empty(ctx); err != nil {
+			return 0, err
+		}
+		if err := pgx.BeginFunc(ctx, b.pool, write); err != nil { // warm-up, not timed
+			return 0, fmt.Errorf("bench: producer %s: %w", name, err)
+		}
+		var done atomic.Int64
+		b.progress.begin("producer: "+name, int64(p.Messages), done.Load)
+		start := time.Now()
+		for done.Load() < int64(p.Messages) {
+			if err := pgx.BeginFunc(ctx, b.pool, write); err != nil {
+				return 0, fmt.Errorf("bench: producer %s: %w", name, err)
+			}
+			done.Add(benchProducerBatch)
+		}
+		us := float64(time.Since(start).Microseconds()) / float64(done.Load())
+		b.progress.end(fmt.Sprintf("%.1f µs/msg", us))
+		return round(us, 2), nil
+	}
+	var err error
+	p.EnqueueUsPerMsg, err = measure("Enqueue", func(tx pgx.Tx) error {
+		for _, m := range batch {
+			if _, err := b.writer.Enqueue(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return p, err
+	}
+	p.EnqueueBatchUsPerMsg, err = measure(fmt.Sprintf("EnqueueBatch of %d", benchProducerBatch), func(tx pgx.Tx) error {
+		return b.writer.EnqueueBatch(ctx, tx, batch)
+	})
+	return p, err
+}
+
+// sqlCeiling drains a backlog with the dispatcher's own claim and acknowledgement
+// statements and no broker: concurrency goroutines per stream, each claiming a batch
+// and acknowledging all of it, until nothing is left.
+func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
+	n := b.opt.set.Messages
+	if err := b.fill(ctx, "SQL ceiling", n); err != nil {
+		return benchThroughput{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
+	defer cancel()
+	var moved atomic.Int64
+	b.progress.begin("SQL ceiling", int64(n), moved.Load)
+	g, gctx := errgroup.WithContext(ctx)
+	lease := config.DefaultStream().LeaseTTL
+	start := time.Now()
+	for _, stream := range b.streams {
+		for range b.opt.set.Concurrency {
+			g.Go(func() error {
+				var cur store.KeyCursor
+				claim := func() (store.Claim, error) {
+					if b.opt.set.Ordered {
+						return b.store.ClaimOrdered(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, &cur)
+					}
+					return b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease)
+				}
+				for {
+					c, err := claim()
+					if err != nil || len(c.Messages) == 0 {
+						return err
+					}
+					res, err := b.store.Ack(gctx, c.Token, c.IDs())
+					if err != nil {
+						return err
+					}
+					if res.Changed != len(c.Messages) {
+						return fmt.Errorf("acknowledged %d of %d claimed rows", res.Changed, len(c.Messages))
+					}
+					moved.Add(int64(res.Changed))
+				}
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return benchThroughput{}, fmt.Errorf("bench: SQL ceiling: %w", err)
+	}
+	t := benchThroughput{Messages: moved.Load(), Seconds: time.Since(start).Seconds()}
+	if t.Messages != int64(n) {
+		return t, fmt.Errorf("bench: SQL ceiling moved %d of %d rows", t.Messages, n)
+	}
+	t.MsgsPerSec = round(float64(t.Messages)/t.Seconds, 1)
+	b.progress.end(fmt.Sprintf("%s msg/s", thousands(t.MsgsPerSec)))
+	return t, nil
+}
+
+// dispatcherConfig is benchConfig with the brokers the bench reached.
+func (b *bench) dispatcherConfig(driverType string) (config.Config, error) {
+	return benchConfig(b.opt, driverType)
+}
+
+// latency runs a dispatcher for driverType in this process, its publisher wrapped to
+// note when each message was confirmed, and measures commit → confirmation first for
+// messages sent one at a time through the idle pipeline, then at the offered rate.
+func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriverReport) (err error) {
+	if err := b.empty(ctx); err != nil {
+		return err
+	}
+	cfg, err := b.dispatcherConfig(driverType)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
+	defer cancel()
+	conf := newConfirmLog()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if !b.opt.json {
+		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, b.o.Stderr)
+	}
+	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
+		return &confirmingPublisher{next: p, conf: conf}
+	}})
+	if err != nil {
+		return fmt.Errorf("bench: latency %s: %w", driverType, err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx) }()
+	defer func() {
+		stop()
+		if runErr := <-ran; runErr != nil && err == nil {
+			err = fmt.Errorf("bench: latency %s: dispatcher: %w", driverType, runErr)
+		}
+	}()
+	for !d.ListenerConnected() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: latency %s: the dispatcher's listener did not connect: %w", driverType, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+
+	// Idle: one message at a time, the next one 2 ms after the previous was confirmed
+	// so that its write-back has finished. The first is a warm-up (connections, broker
+	// metadata) and not counted.
+	n := b.opt.set.IdleSamples
+	var done atomic.Int64
+	b.progress.begin("latency "+driverType+": idle", int64(n), done.Load)
+	idle := make([]time.Duration, 0, n)
+	for i := -1; i < n; i++ {
+		committed, confirmed, err := b.commitOne(ctx, i, conf)
+		if err != nil {
+			return err
+		}
+		select {
+		case at := <-confirmed:
+			if i >= 0 {
+				idle = append(idle, at.Sub(committed))
+				done.Add(1)
+			}
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("bench: latency %s: a message committed at %s was not confirmed within 30s", driverType, committed.Format(time.TimeOnly))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	rep.LatencyIdle = latencyFigures(idle)
+	b.progress.end(fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", rep.LatencyIdle.P50Ms, rep.LatencyIdle.P99Ms))
+
+	// Offered rate: message i is committed at start + i/rate by whichever worker is
+	// free, each in its own transaction.
+	rate := float64(b.opt.set.Rate)
+	total := int(rate * b.opt.set.LatencySeconds)
+	period := time.Duration(float64(time.Second) / rate)
+	type commit struct {
+		id int64
+		at time.Time
+	}
+	commits := make([]commit, total)
+	var next, committedN atomic.Int64
+	b.progress.begin(fmt.Sprintf("latency %s: %s msg/s offered", driverType, thousands(rate)), int64(total), committedN.Load)
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for range benchRateWorkers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= total {
+					return nil
+				}
+				time.Sleep(time.Until(start.Add(time.Duration(i) * period)))
+				tx, err := b.pool.Begin(gctx)
+				if err != nil {
+					return err
+				}
+				id, err := b.writer.Enqueue(gctx, tx, b.message(i))
+				if err == nil {
+					err = tx.Commit(gctx)
+				}
+				if err != nil {
+					_ = tx.Rollback(context.WithoutCancel(gctx))
+					return err
+				}
+				commits[i] = commit{id: id, at: time.Now()}
+				committedN.Add(1)
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("bench: latency %s: produce: %w", driverType, err)
+	}
+	var last time.Time
+	ids := make([]int64, total)
+	for i, c := range commits {
+		ids[i] = c.id
+		if c.at.After(last) {
+			last = c.at
+		}
+	}
+	confirmedAt, err := conf.all(ctx, ids, 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("bench: latency %s: %w", driverType, err)
+	}
+	lat := make([]time.Duration, total)
+	for i, c := range commits {
+		lat[i] = confirmedAt[i].Sub(c.at)
+	}
+	rep.LatencyAtRate = benchRateLatency{OfferedPerSec: rate, AchievedPerSec: round(float64(total)/last.Sub(start).Seconds(), 1),
+		benchLatency: latencyFigures(lat)}
+	b.progress.end(fmt.Sprintf("p50 %.2f ms, p99 %.2f ms at %s msg/s achieved", rep.LatencyAtRate.P50Ms, rep.LatencyAtRate.P99Ms,
+		thousands(rep.LatencyAtRate.AchievedPerSec)))
+	return nil
+}
+
+// commitOne commits message i in its own transaction and returns when the commit
+// returned and a channel that receives the message's confirmation time.
+func (b *bench) commitOne(ctx context.Context, i int, conf *confirmLog) (time.Time, <-chan time.Time, error) {
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("bench: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	id, err := b.writer.Enqueue(ctx, tx, b.message(max(i, 0)))
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("bench: enqueue: %w", err)
+	}
+	confirmed := conf.wait(id) // before the commit: the row is visible from then on
+	if err := tx.Commit(ctx); err != nil {
+		return time.Time{}, nil, fmt.Errorf("bench: commit: %w", err)
+	}
+	return time.Now(), confirmed, nil
+}
+
+// confirmLog records when each message (by outbox id) was first confirmed.
+type confirmLog struct {
+	mu      sync.Mutex
+	at      map[int64]time.Time
+	waiting map[int64]chan time.Time
+}
+
+func newConfirmLog() *confirmLog {
+	return &confirmLog{at: map[int64]time.Time{}, waiting: map[int64]chan time.Time{}}
+}
+
+func (c *confirmLog) record(msgs []router.Message, errs []error, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, err := range errs {
+		id := msgs[i].ID
+		if _, seen := c.at[id]; err != nil || seen {
+			continue
+		}
+		c.at[id] = now
+		if ch, ok := c.waiting[id]; ok {
+			ch <- now
+			delete(c.waiting, id)
+		}
+	}
+}
+
+// wait returns a channel that receives id's confirmation time.
+func (c *confirmLog) wait(id int64) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if at, ok := c.at[id]; ok {
+		ch <- at
+		return ch
+	}
+	c.waiting[id] = ch
+	return ch
+}
+
+// all waits up to timeout until every id is confirmed and returns their times, in order.
+func (c *confirmLog) all(ctx context.Context, ids []int64, timeout time.Duration) ([]time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		c.mu.Lock()
+		missing := 0
+		out := make([]time.Time, len(ids))
+		for i, id := range ids {
+			at, ok := c.at[id]
+			if !ok {
+				missing++
+			}
+			out[i] = at
+		}
+		c.mu.Unlock()
+		switch {
+		case missing == 0:
+			return out, nil
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("%d of %d committed messages not confirmed within %s", missing, len(ids), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// confirmingPublisher notes when the driver confirmed each message: when its Publish
+// returned nil for it.
+type confirmingPublisher struct {
+	next dispatch.Publisher
+	conf *confirmLog
+}
+
+func (c *confirmingPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
+	errs := c.next.Publish(ctx, msgs)
+	c.conf.record(msgs, errs, time.Now())
+	return errs
+}
+
+// PublishOrdered is Publish for ordered streams (dispatch.OrderedPublisher).
+func (c *confirmingPublisher) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
+	ordered, ok := c.next.(dispatch.OrderedPublisher)
+	if !ok {
+		return c.Publish(ctx, msgs)
+	}
+	errs := ordered.PublishOrdered(ctx, msgs)
+	c.conf.record(msgs, errs, time.Now())
+	return errs
+}

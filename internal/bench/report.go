@@ -1,0 +1,317 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// benchReport is one run's result; --json prints exactly these fields, whose names
+// docs/benchmarks.md documents and a test holds to it.
+// Report is what bench --json prints (docs/benchmarks.md lists its fields).
+type Report = benchReport
+
+type benchReport struct {
+	Version    string                        `json:"version"`
+	Date       string                        `json:"date"`
+	Seconds    float64                       `json:"seconds"`
+	Settings   benchSettings                 `json:"settings"`
+	Machine    benchMachineInfo              `json:"machine"`
+	Producer   benchProducer                 `json:"producer"`
+	SQLCeiling benchThroughput               `json:"sql_ceiling"`
+	Drivers    map[string]*benchDriverReport `json:"drivers"`
+	Missing    int64                         `json:"missing"`
+	OK         bool                          `json:"ok"`
+}
+
+type benchMachineInfo struct {
+	CPUs              int    `json:"cpus"`
+	OS                string `json:"os"`
+	Go                string `json:"go"`
+	PostgreSQL        string `json:"postgresql"`
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
+	SharedBuffers     string `json:"shared_buffers"`
+}
+
+type benchProducer struct {
+	Messages             int     `json:"messages"`
+	BatchSize            int     `json:"batch_size"`
+	EnqueueUsPerMsg      float64 `json:"enqueue_us_per_msg"`
+	EnqueueBatchUsPerMsg float64 `json:"enqueue_batch_us_per_msg"`
+}
+
+type benchThroughput struct {
+	Messages   int64   `json:"messages"`
+	Seconds    float64 `json:"seconds"`
+	MsgsPerSec float64 `json:"msgs_per_sec"`
+}
+
+type benchDrain struct {
+	Messages             int64   `json:"messages"`
+	Seconds              float64 `json:"seconds"`
+	MsgsPerSec           float64 `json:"msgs_per_sec"`
+	RatioToSQLCeiling    float64 `json:"ratio_to_sql_ceiling"`
+	RatioToDiscard       float64 `json:"ratio_to_discard,omitempty"`
+	DeliveredInTable     int64   `json:"delivered_in_table"`
+	ArrivedAtBroker      int64   `json:"arrived_at_broker"`
+	DuplicatesAtBroker   int64   `json:"duplicates_at_broker"`
+	Missing              int64   `json:"missing"`
+	CountedBy            string  `json:"counted_by"`
+	DispatcherCPUSeconds float64 `json:"dispatcher_cpu_seconds"`
+	DispatcherPeakRSSMiB float64 `json:"dispatcher_peak_rss_mib"`
+}
+
+type benchLatency struct {
+	Samples int     `json:"samples"`
+	P50Ms   float64 `json:"p50_ms"`
+	P90Ms   float64 `json:"p90_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
+}
+
+type benchRateLatency struct {
+	OfferedPerSec  float64 `json:"offered_per_sec"`
+	AchievedPerSec float64 `json:"achieved_per_sec"`
+	benchLatency
+}
+
+type benchDriverReport struct {
+	Drain         benchDrain       `json:"drain"`
+	LatencyAtRate benchRateLatency `json:"latency_at_rate"`
+	LatencyIdle   benchLatency     `json:"latency_idle"`
+}
+
+// finish computes the ratios and the verdict.
+func (r *benchReport) finish() {
+	discard := r.Drivers["discard"]
+	r.Missing = 0
+	for _, d := range r.Drivers {
+		if r.SQLCeiling.MsgsPerSec > 0 {
+			d.Drain.RatioToSQLCeiling = round(d.Drain.MsgsPerSec/r.SQLCeiling.MsgsPerSec, 3)
+		}
+		if discard != nil && discard.Drain.MsgsPerSec > 0 {
+			d.Drain.RatioToDiscard = round(d.Drain.MsgsPerSec/discard.Drain.MsgsPerSec, 3)
+		}
+		r.Missing += d.Drain.Missing
+	}
+	r.OK = r.Missing == 0
+}
+
+func round(f float64, places int) float64 {
+	p := math.Pow10(places)
+	return math.Round(f*p) / p
+}
+
+// latencyFigures summarises commit → confirmation durations.
+func latencyFigures(lat []time.Duration) benchLatency {
+	slices.Sort(lat)
+	l := benchLatency{Samples: len(lat)}
+	if len(lat) == 0 {
+		return l
+	}
+	l.P50Ms, l.P90Ms, l.P99Ms = PercentileMs(lat, 0.50), PercentileMs(lat, 0.90), PercentileMs(lat, 0.99)
+	l.MaxMs = float64(lat[len(lat)-1].Microseconds()) / 1000
+	return l
+}
+
+func printBenchReport(w io.Writer, r *benchReport) {
+	s, m := r.Settings, r.Machine
+	from := func(f string) string {
+		if f == "default" {
+			return "outboxd run's default"
+		}
+		return "set by flag"
+	}
+	fmt.Fprintf(w, "outboxd bench %s, %s\n\n", r.Version, r.Date)
+	fmt.Fprintf(w, "machine    %d CPUs, %s, %s; PostgreSQL %s, fsync %s, synchronous_commit %s, shared_buffers %s\n",
+		m.CPUs, m.OS, m.Go, m.PostgreSQL, m.Fsync, m.SynchronousCommit, m.SharedBuffers)
+	fmt.Fprintf(w, "backlog    %s messages × %s B payload, %s keys, %d stream(s)\n",
+		thousands(float64(s.Messages)), thousands(float64(s.PayloadBytes)), thousands(float64(s.Keys)), s.Streams)
+	fmt.Fprintf(w, "pipelines  batch_size %d (%s), concurrency %d (%s)\n", s.BatchSize, from(s.BatchSizeFrom), s.Concurrency, from(s.ConcurrencyFrom))
+	if s.Ordered {
+		fmt.Fprintf(w, "ordered    yes: per-key FIFO over %d keys\n", s.Keys)
+	}
+	if !s.Flow {
+		fmt.Fprintln(w, "flow       off: every insert notifies")
+	}
+	fmt.Fprintf(w, "brokers    NATS %s, Kafka %s\n\n", s.NATS, s.Kafka)
+
+	claim := "store.Claim"
+	if s.Ordered {
+		claim = "store.ClaimOrdered"
+	}
+	ack := "marks delivered"
+	if s.Ack == benchAckDelete {
+		ack = "deletes"
+	}
+	fmt.Fprintf(w, "SQL ceiling (%s + store.Ack, which %s; %d goroutines, no broker)  %s msg/s\n",
+		claim, ack, s.Streams*s.Concurrency, thousands(r.SQLCeiling.MsgsPerSec))
+	fmt.Fprintf(w, "producer    Enqueue %.1f µs/msg (%d per transaction), EnqueueBatch of %d (COPY) %.1f µs/msg\n\n",
+		r.Producer.EnqueueUsPerMsg, r.Producer.BatchSize, r.Producer.BatchSize, r.Producer.EnqueueBatchUsPerMsg)
+
+	const label = "%-34s"
+	fmt.Fprintf(w, label, "")
+	for _, d := range s.Drivers {
+		fmt.Fprintf(w, "%12s", d)
+	}
+	fmt.Fprintln(w)
+	row := func(name string, value func(*benchDriverReport) string) {
+		fmt.Fprintf(w, label, name)
+		for _, d := range s.Drivers {
+			fmt.Fprintf(w, "%12s", value(r.Drivers[d]))
+		}
+		fmt.Fprintln(w)
+	}
+	ratio := func(f float64) string {
+		if f == 0 {
+			return "—"
+		}
+		return strconv.FormatFloat(f, 'f', 2, 64)
+	}
+	ms := func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }
+	count := func(n int64) string { return thousands(float64(n)) }
+	row("drain msg/s", func(d *benchDriverReport) string { return thousands(d.Drain.MsgsPerSec) })
+	row("  ÷ SQL ceiling", func(d *benchDriverReport) string { return ratio(d.Drain.RatioToSQLCeiling) })
+	row("  ÷ discard", func(d *benchDriverReport) string { return ratio(d.Drain.RatioToDiscard) })
+	row("  delivered in table", func(d *benchDriverReport) string { return count(d.Drain.DeliveredInTable) })
+	row("  arrived at broker", func(d *benchDriverReport) string { return count(d.Drain.ArrivedAtBroker) })
+	row("  missing", func(d *benchDriverReport) string { return count(d.Drain.Missing) })
+	row("  dispatcher CPU s", func(d *benchDriverReport) string {
+		return strconv.FormatFloat(d.Drain.DispatcherCPUSeconds, 'f', 2, 64)
+	})
+	row("  dispatcher peak RSS MiB", func(d *benchDriverReport) string {
+		return strconv.FormatFloat(d.Drain.DispatcherPeakRSSMiB, 'f', 1, 64)
+	})
+	rateTitle := fmt.Sprintf("latency at %s msg/s", thousands(float64(s.Rate)))
+	row(rateTitle+" p50 ms", func(d *benchDriverReport) string { return ms(d.LatencyAtRate.P50Ms) })
+	row(strings.Repeat(" ", len(rateTitle))+" p90 ms", func(d *benchDriverReport) string { return ms(d.LatencyAtRate.P90Ms) })
+	row(strings.Repeat(" ", len(rateTitle))+" p99 ms", func(d *benchDriverReport) string { return ms(d.LatencyAtRate.P99Ms) })
+	row(strings.Repeat(" ", len(rateTitle))+" max ms", func(d *benchDriverReport) string { return ms(d.LatencyAtRate.MaxMs) })
+	const idleTitle = "latency idle, one at a time"
+	row(idleTitle+" p50 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P50Ms) })
+	row(strings.Repeat(" ", len(idleTitle))+" p90 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P90Ms) })
+	row(strings.Repeat(" ", len(idleTitle))+" p99 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P99Ms) })
+	row(strings.Repeat(" ", len(idleTitle))+" max ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.MaxMs) })
+	fmt.Fprintf(w, "\nlatency: commit returned → the driver's Publish returned nil for the message.\n")
+	fmt.Fprintf(w, "drain: a fresh backlog through `outboxd run` as a child process, whose CPU and peak RSS are shown.\n")
+	if r.OK {
+		fmt.Fprintf(w, "every committed message arrived (%.0fs in all)\n", r.Seconds)
+	} else {
+		fmt.Fprintf(w, "MISSING: %d committed messages did not arrive\n", r.Missing)
+	}
+}
+
+// thousands formats f rounded to an integer with thousands separators.
+func thousands(f float64) string {
+	s := strconv.FormatInt(int64(math.Round(f)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// progress shows the running phase on one terminal line: what it does, how far it is
+// and its rate. Each finished phase leaves one line behind; when w is not a terminal,
+// only those lines are written.
+type progress struct {
+	w       io.Writer
+	on      bool
+	animate bool
+	mu      sync.Mutex
+	quit    chan struct{}
+	ended   chan struct{}
+	phase   string
+}
+
+func newProgress(w io.Writer, on bool) *progress {
+	return &progress{w: w, on: on, animate: on && IsTerminal(w)}
+}
+
+// IsTerminal reports whether w is a terminal, where a line rewritten in place reads as
+// progress; in a pipe or a file the same bytes are noise.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// begin shows phase until end or stop; done reports how many of total are done.
+func (p *progress) begin(phase string, total int64, done func() int64) {
+	p.stop()
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.phase = phase
+	if !p.animate {
+		return
+	}
+	p.quit, p.ended = make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func(quit, ended chan struct{}) {
+		defer close(ended)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				n, elapsed := done(), time.Since(start)
+				fmt.Fprintf(p.w, "\r\033[K%s  %s/%s  %s msg/s  %.1fs", phase, thousands(float64(n)), thousands(float64(total)),
+					thousands(float64(n)/elapsed.Seconds()), elapsed.Seconds())
+			}
+		}
+	}(p.quit, p.ended)
+}
+
+// end stops the display and leaves summary on the phase's line.
+func (p *progress) end(summary string) {
+	phase := p.phase
+	p.stop()
+	if p.on && phase != "" {
+		fmt.Fprintf(p.w, "%s: %s\n", phase, summary)
+	}
+}
+
+// stop stops the display and clears its line.
+func (p *progress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.phase = ""
+	if p.quit == nil {
+		return
+	}
+	close(p.quit)
+	<-p.ended
+	p.quit = nil
+	fmt.Fprint(p.w, "\r\033[K")
+}
+
+// PercentileMs is the q-quantile of sorted latencies, in milliseconds; 0 for none.
+func PercentileMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
+}
