@@ -134,7 +134,8 @@ func TestTheSamplerReportsEveryStreamsBacklog(t *testing.T) {
 		       ('c', 't', 'x', 'pending', NULL, NULL, now() - interval '1 hour', now() + interval '1 day', NULL, NULL, NULL)`)
 	must(t, err)
 	rec := newRecorder()
-	s := dispatch.NewSampler([]string{"a", "b", "c", "idle"}, time.Second, f.store, rec, nil)
+	s := dispatch.NewSampler(dispatch.SamplerConfig{Interval: time.Second,
+		Probes: []dispatch.Probe{dispatch.BacklogProbe([]string{"a", "b", "c", "idle"}, f.store)}}, rec, nil)
 	must(t, s.Sample(f.ctx))
 	got := map[string]events.Backlog{}
 	for len(got) < 4 {

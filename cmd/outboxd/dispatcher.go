@@ -41,8 +41,6 @@ type dispatcher struct {
 	listener   *dispatch.Listener
 	janitor    *dispatch.Janitor
 	sampler    *dispatch.Sampler
-	unserved   *dispatch.UnservedSampler
-	blocked    *dispatch.BlockedSampler // nil when no stream is ordered
 	bus        *events.Bus
 	deadLetter *dispatch.DeadLetterForwarder
 	failures   *dispatch.FailureLog
@@ -186,11 +184,12 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		jc.Partitions = dispatch.NewPartitions(d.store, j.Partitions.Interval, j.Partitions.Ahead, j.Retention, logger)
 	}
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
-	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
-	d.unserved = dispatch.NewUnservedSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+	probes := []dispatch.Probe{dispatch.BacklogProbe(d.router.Streams(), d.store),
+		dispatch.UnservedProbe(d.router.Streams(), d.store, logger)}
 	if ordered := orderedStreams(cfg); len(ordered) > 0 {
-		d.blocked = dispatch.NewBlockedSampler(ordered, j.StatsInterval, d.store, d.bus, logger)
+		probes = append(probes, dispatch.BlockedProbe(ordered, d.store))
 	}
+	d.sampler = dispatch.NewSampler(dispatch.SamplerConfig{Interval: j.StatsInterval, Probes: probes}, d.bus, logger)
 
 	var dead []dispatch.DeadLetterRoute
 	for _, stream := range d.router.Streams() {
@@ -287,10 +286,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
 	var background sync.WaitGroup
-	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run, d.unserved.Run}
-	if d.blocked != nil {
-		loops = append(loops, d.blocked.Run)
-	}
+	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run}
 	for _, loop := range loops {
 		background.Add(1)
 		go func() {
