@@ -166,7 +166,7 @@ func TestOnAPartitionedTableTheJanitorKeepsPartitionsAndReportsDefaultRowsInstea
 	rec := newRecorder()
 	j := dispatch.NewJanitor(dispatch.JanitorConfig{
 		Retention:  time.Hour,
-		Partitions: dispatch.NewPartitions(st, 24*time.Hour, 3, time.Hour, nil),
+		Partitions: dispatch.NewPartitions(dispatch.PartitionsConfig{Interval: 24 * time.Hour, Ahead: 3, Retention: time.Hour}, st, nil),
 	}, st, rec, nil)
 	ran, err := j.Cycle(ctx)
 	if err != nil || !ran {

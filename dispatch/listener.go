@@ -25,35 +25,34 @@ type Waker interface {
 // wakes every pipeline after each (re)connect, because notifications sent while it was
 // away are lost; polling covers the gap either way.
 type Listener struct {
-	connConfig *pgx.ConnConfig
-	table      table.Name
-	wakers     map[string]Waker
-	emit       Emitter
-	log        *slog.Logger
-	connected  atomic.Bool
-	received   atomic.Uint64
-
-	// keepalive is how long a quiet connection waits before it is pinged, so a
-	// connection that died silently is noticed.
-	keepalive time.Duration
+	cfg       ListenerConfig
+	wakers    map[string]Waker
+	emit      Emitter
+	log       *slog.Logger
+	connected atomic.Bool
+	received  atomic.Uint64
 }
 
-// NewListener builds a listener for the outbox table n, connecting with connConfig.
-func NewListener(connConfig *pgx.ConnConfig, n table.Name, wakers []Waker, emit Emitter, logger *slog.Logger) *Listener {
-	if emit == nil {
-		emit = discardEmitter{}
+// ListenerConfig says what a Listener listens to; zero values take the defaults noted.
+type ListenerConfig struct {
+	ConnConfig *pgx.ConnConfig // how to open the listener's own connection (required)
+	Table      table.Name      // the outbox table whose channel is listened on
+	// Keepalive is how long a quiet connection waits before it is pinged, so that a
+	// connection that died silently is noticed (30s).
+	Keepalive time.Duration
+}
+
+// NewListener builds a listener waking wakers; emit and logger may be nil.
+func NewListener(cfg ListenerConfig, wakers []Waker, emit Emitter, logger *slog.Logger) *Listener {
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = 30 * time.Second
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	emit, logger = orDiscard(emit, logger)
 	byStream := make(map[string]Waker, len(wakers))
 	for _, w := range wakers {
 		byStream[w.Stream()] = w
 	}
-	return &Listener{
-		connConfig: connConfig, table: n, wakers: byStream, emit: emit,
-		log: logger.With("component", "listener"), keepalive: 30 * time.Second,
-	}
+	return &Listener{cfg: cfg, wakers: byStream, emit: emit, log: logger.With("component", "listener")}
 }
 
 // Connected reports whether the listener currently holds a listening connection.
@@ -93,7 +92,7 @@ func (l *Listener) Run(ctx context.Context) error {
 // it under a waiting goroutine would race.
 func (l *Listener) session(ctx context.Context) error {
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(connectCtx, l.connConfig)
+	conn, err := pgx.ConnectConfig(connectCtx, l.cfg.ConnConfig)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("listener: connect: %w", err)
@@ -103,17 +102,17 @@ func (l *Listener) session(ctx context.Context) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+l.table.ListenChannel()); err != nil {
-		return fmt.Errorf("listener: listen on %s: %w", l.table.Channel(), err)
+	if _, err := conn.Exec(ctx, "LISTEN "+l.cfg.Table.ListenChannel()); err != nil {
+		return fmt.Errorf("listener: listen on %s: %w", l.cfg.Table.Channel(), err)
 	}
 	l.connected.Store(true)
 	l.emit.Emit(events.ListenerState{Connected: true})
-	l.log.Info("listening for new messages", "channel", l.table.Channel())
+	l.log.Info("listening for new messages", "channel", l.cfg.Table.Channel())
 	for _, w := range l.wakers {
 		w.Wake()
 	}
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, l.keepalive)
+		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.Keepalive)
 		n, err := conn.WaitForNotification(waitCtx)
 		quiet := errors.Is(waitCtx.Err(), context.DeadlineExceeded)
 		cancel()

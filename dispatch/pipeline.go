@@ -164,12 +164,7 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 			return nil, fmt.Errorf("pipeline %s: the stream is ordered but its publisher cannot publish in key order", cfg.Stream)
 		}
 	}
-	if emit == nil {
-		emit = discardEmitter{}
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	emit, logger = orDiscard(emit, logger)
 	logger = logger.With("stream", cfg.Stream)
 	p := &Pipeline{
 		cfg:     cfg,

@@ -177,11 +177,12 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	deadPeers(&listenConfig.Config, cfg.Database)
-	d.listener = dispatch.NewListener(listenConfig, n, wakers, d.bus, logger)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{ConnConfig: listenConfig, Table: n}, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {
-		jc.Partitions = dispatch.NewPartitions(d.store, j.Partitions.Interval, j.Partitions.Ahead, j.Retention, logger)
+		jc.Partitions = dispatch.NewPartitions(dispatch.PartitionsConfig{
+			Interval: j.Partitions.Interval, Ahead: j.Partitions.Ahead, Retention: j.Retention}, d.store, logger)
 	}
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
 	probes := []dispatch.Probe{dispatch.BacklogProbe(d.router.Streams(), d.store),
@@ -212,7 +213,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		}
 	}
 	// Synchronous, so that every failure is logged or counted in its stream's summary.
-	d.failures = dispatch.NewFailureLog(0, 0, logger)
+	d.failures = dispatch.NewFailureLog(dispatch.FailureLogConfig{}, logger)
 	d.bus.Subscribe("failure-log", d.failures.Handle, events.Filter(dispatch.IsMessageFailed))
 	if opt.subscribe != nil {
 		opt.subscribe(d.bus)
