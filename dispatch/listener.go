@@ -8,10 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxd/outboxd/events"
-	"github.com/outboxd/outboxd/table"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Waker is woken when its stream has news.
@@ -20,10 +18,10 @@ type Waker interface {
 	Wake()
 }
 
-// Listener holds its own connection, LISTENs on the outbox table's channel and wakes
-// the pipeline of the stream each notification names. It reconnects with backoff and
-// wakes every pipeline after each (re)connect, because notifications sent while it was
-// away are lost; polling covers the gap either way.
+// Listener holds its own connection (store.Listen), LISTENs on the outbox table's channel
+// and wakes the pipeline of the stream each notification names. It reconnects with
+// backoff and wakes every pipeline after each (re)connect, because notifications sent
+// while it was away are lost; polling covers the gap either way.
 type Listener struct {
 	cfg       ListenerConfig
 	wakers    map[string]Waker
@@ -35,8 +33,7 @@ type Listener struct {
 
 // ListenerConfig says what a Listener listens to; zero values take the defaults noted.
 type ListenerConfig struct {
-	ConnConfig *pgx.ConnConfig // how to open the listener's own connection (required)
-	Table      table.Name      // the outbox table whose channel is listened on
+	Listen store.ListenConfig // the listener's own connection and the table it listens to
 	// Keepalive is how long a quiet connection waits before it is pinged, so that a
 	// connection that died silently is noticed (30s).
 	Keepalive time.Duration
@@ -88,38 +85,35 @@ func (l *Listener) Run(ctx context.Context) error {
 }
 
 // session connects, listens and wakes pipelines until the connection fails or ctx ends.
-// The connection is closed only here, after WaitForNotification has returned: closing
+// The connection is closed only here, after Wait has returned: closing
 // it under a waiting goroutine would race.
 func (l *Listener) session(ctx context.Context) error {
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(connectCtx, l.cfg.ConnConfig)
+	conn, err := store.Listen(connectCtx, l.cfg.Listen)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("listener: connect: %w", err)
+		return fmt.Errorf("listener: %w", err)
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+l.cfg.Table.ListenChannel()); err != nil {
-		return fmt.Errorf("listener: listen on %s: %w", l.cfg.Table.Channel(), err)
-	}
 	l.connected.Store(true)
 	l.emit.Emit(events.ListenerState{Connected: true})
-	l.log.Info("listening for new messages", "channel", l.cfg.Table.Channel())
+	l.log.Info("listening for new messages", "channel", conn.Channel())
 	for _, w := range l.wakers {
 		w.Wake()
 	}
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.Keepalive)
-		n, err := conn.WaitForNotification(waitCtx)
+		stream, err := conn.Wait(waitCtx)
 		quiet := errors.Is(waitCtx.Err(), context.DeadlineExceeded)
 		cancel()
 		switch {
 		case err == nil:
 			l.received.Add(1)
-			if w, ok := l.wakers[n.Payload]; ok {
+			if w, ok := l.wakers[stream]; ok {
 				w.Wake()
 			}
 		case ctx.Err() != nil:

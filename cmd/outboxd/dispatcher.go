@@ -177,7 +177,7 @@ func newDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	deadPeers(&listenConfig.Config, cfg.Database)
-	d.listener = dispatch.NewListener(dispatch.ListenerConfig{ConnConfig: listenConfig, Table: n}, wakers, d.bus, logger)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n}}, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {

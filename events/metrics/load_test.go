@@ -125,7 +125,7 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.listener = dispatch.NewListener(dispatch.ListenerConfig{ConnConfig: connConfig, Table: pg.Table}, []dispatch.Waker{orders, audit, ledger, sequence}, d.bus, nil)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: connConfig, Table: pg.Table}}, []dispatch.Waker{orders, audit, ledger, sequence}, d.bus, nil)
 	d.metrics.ObserveListener(d.listener)
 	janitor := dispatch.NewJanitor(dispatch.JanitorConfig{Interval: 100 * time.Millisecond}, st, d.bus, nil)
 	sampler := dispatch.NewSampler(dispatch.SamplerConfig{Interval: 200 * time.Millisecond, Probes: []dispatch.Probe{
