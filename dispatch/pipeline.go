@@ -6,6 +6,9 @@
 // broker costs no attempt; and at shutdown every lease not published is handed back so
 // another replica can take the rows at once. Notifications only shorten waits: polling
 // alone delivers everything.
+//
+// Package dispatch is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package dispatch
 
 import (
