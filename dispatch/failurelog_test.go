@@ -148,7 +148,7 @@ func TestTheFailureLogAllowsANewBurstEveryIntervalAndSummarisesTheLast(t *testin
 		}
 		time.Sleep(time.Minute) // the window ends: its summary is written without another failure
 		synctest.Wait()
-		full, suppressed = failureLines(sink.lines(t))
+		_, suppressed = failureLines(sink.lines(t))
 		if suppressed["orders"] != 3 {
 			t.Fatalf("after the interval: %d suppressed in summaries, want 3", suppressed["orders"])
 		}

@@ -186,7 +186,7 @@ func createSchema(ctx context.Context, db *sql.DB, schema string) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer tx.Rollback() // a no-op after Commit
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('outboxd:create-schema:' || $1))`, schema); err != nil {
 		return err
 	}
