@@ -19,7 +19,7 @@ export PKGS
 # The .go files gofmt looks at: tracked and untracked-but-not-ignored ones that exist.
 GOFILES = $(filter-out %/testdata/% testdata/% vendor/%,$(wildcard $(shell git ls-files --cached --others --exclude-standard -- '*.go' 2>/dev/null)))
 
-.PHONY: help demo test vet fmt build bench pg-env clean
+.PHONY: help demo test vet lint fmt build bench pg-env clean
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -29,11 +29,14 @@ help: ## List the targets
 demo: ## Produce, dispatch and consume 100,000 messages via embedded NATS JetStream (ARGS= for outboxd demo)
 	@bash scripts/demo.sh $(ARGS)
 
-test: ## Full check: PostgreSQL ensured, gofmt, go vet, go test -race (PKGS=, ARGS= go test's)
+test: ## Full check: PostgreSQL ensured, gofmt, go vet, golangci-lint, go test -race (PKGS=, ARGS= go test's)
 	bash scripts/test.sh $(ARGS)
 
 vet: ## go vet ./...
 	$(GO) vet ./...
+
+lint: ## golangci-lint with .golangci.yml (installs the pinned version when missing; ARGS= its own)
+	bash scripts/lint.sh $(ARGS)
 
 fmt: ## Format the .go files in place (gofmt -w)
 	$(if $(GOFILES),$(GOFMT) -l -w $(GOFILES))

@@ -8,6 +8,9 @@
 // this package connects to anything. The set of keys is derived from the struct tags
 // below, so the file format, the environment names and docs/configuration.md cannot
 // drift apart (a test holds the docs to it).
+//
+// Package config is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package config
 
 import (

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxd/outboxd/internal/pgdsn"
 )
 
 // Redacted returns a deep copy safe to print: every non-empty Secret holds [REDACTED],
@@ -36,7 +36,7 @@ func redactValue(v reflect.Value, how string) {
 	case kindString:
 		switch how {
 		case "dsn":
-			v.SetString(RedactDSN(v.String()))
+			v.SetString(pgdsn.Redact(v.String()))
 		case "urls":
 			v.SetString(redactURLs(v.String()))
 		}
@@ -63,90 +63,22 @@ func redactValue(v reflect.Value, how string) {
 	}
 }
 
-// RedactDSN replaces the passwords in a PostgreSQL DSN, URL or key=value form, with
-// [REDACTED]. A key=value DSN it cannot parse is replaced whole, since it cannot tell
-// where a password would end.
-func RedactDSN(dsn string) string {
-	if dsn == "" {
-		return ""
-	}
-	if strings.Contains(dsn, "://") {
-		return redactURL(dsn, mask, false)
-	}
-	pairs, err := parseKV(dsn)
-	if err != nil {
-		return mask
-	}
-	out := dsn
-	for _, p := range slices.Backward(pairs) {
-		if isPasswordKey(p.key) {
-			out = out[:p.start] + mask + out[p.end:]
-		}
-	}
-	return out
-}
-
-func isPasswordKey(k string) bool {
-	k = strings.ToLower(k)
-	return k == "password" || k == "sslpassword"
-}
+// RedactDSN replaces the passwords in a PostgreSQL DSN with [REDACTED] (pgdsn.Redact).
+func RedactDSN(s string) string { return pgdsn.Redact(s) }
 
 // redactURLs redacts each URL of a comma-separated list, as NATS server lists are.
 func redactURLs(s string) string {
 	parts := strings.Split(s, ",")
 	for i, p := range parts {
-		parts[i] = redactURL(p, mask, true)
+		parts[i] = pgdsn.RedactURL(p, mask, true)
 	}
 	return strings.Join(parts, ",")
-}
-
-// redactURL replaces the password in a URL's userinfo and in password or sslpassword
-// query parameters with repl. It works on the text, not on a parse, so that it also
-// redacts URLs that do not parse. The userinfo is taken to end at the last '@', since a
-// careless password may itself hold '@', '/', '?' or '#'; that can only redact too much.
-// When userIsSecret, a userinfo without a password (a NATS token) is replaced whole.
-func redactURL(s, repl string, userIsSecret bool) string {
-	start := 0
-	if i := strings.Index(s, "://"); i >= 0 {
-		start = i + len("://")
-	}
-	rest := start
-	if at := strings.LastIndex(s[start:], "@"); at >= 0 {
-		at += start
-		rest = at
-		user, _, hasPassword := strings.Cut(s[start:at], ":")
-		switch {
-		case hasPassword:
-			s = s[:start] + user + ":" + repl + s[at:]
-			rest = start + len(user) + 1 + len(repl)
-		case userIsSecret && at > start:
-			s = s[:start] + repl + s[at:]
-			rest = start + len(repl)
-		}
-	}
-	q := strings.Index(s[rest:], "?")
-	if q < 0 {
-		return s
-	}
-	q += rest + 1
-	end := len(s)
-	if h := strings.Index(s[q:], "#"); h >= 0 {
-		end = q + h
-	}
-	params := strings.Split(s[q:end], "&")
-	for i, p := range params {
-		k, _, ok := strings.Cut(p, "=")
-		if uk, err := url.QueryUnescape(k); err == nil && ok && isPasswordKey(uk) {
-			params[i] = k + "=" + repl
-		}
-	}
-	return s[:q] + strings.Join(params, "&") + s[end:]
 }
 
 // urlParseProblem explains why url.Parse rejected s without quoting any credential:
 // it parses s again with the credentials replaced, and blames them if that succeeds.
 func urlParseProblem(s string, userIsSecret bool) string {
-	_, err := url.Parse(redactURL(s, "x", userIsSecret))
+	_, err := url.Parse(pgdsn.RedactURL(s, "x", userIsSecret))
 	if err == nil {
 		return "the user name or password is not percent-encoded correctly"
 	}
@@ -157,105 +89,9 @@ func urlParseProblem(s string, userIsSecret bool) string {
 	return strings.TrimPrefix(err.Error(), "net/url: ")
 }
 
-// kvValue is a key=value DSN value as written (start:end of a kvPair), unquoted.
-func kvValue(raw string) string {
-	if len(raw) >= 2 && raw[0] == '\'' {
-		raw = raw[1 : len(raw)-1]
-	}
-	var b strings.Builder
-	for i := 0; i < len(raw); i++ {
-		if raw[i] == '\\' && i+1 < len(raw) {
-			i++
-		}
-		b.WriteByte(raw[i])
-	}
-	return b.String()
-}
-
-// RedactParseError returns err with the DSN a *pgconn.ParseConfigError quotes redacted
-// by RedactDSN. pgx redacts the DSN it quotes itself, but misses a key=value password
-// written as "password = x" or quoted with an escaped quote, and such a DSN reaches it
-// whenever it fails to parse for another reason (an sslmode it does not know, a CA file
-// it cannot read). Any other error is returned as it is.
-func RedactParseError(err error) error {
-	var pce *pgconn.ParseConfigError
-	if !errors.As(err, &pce) {
-		return err
-	}
-	safe := *pce
-	safe.ConnString = RedactDSN(pce.ConnString)
-	return &safe
-}
-
-// kvPair is one key=value of a libpq-style DSN; start:end spans the value as written.
-type kvPair struct {
-	key        string
-	start, end int
-}
-
-// parseKV splits a key=value DSN (values may be single-quoted, with backslash escapes).
-// Errors give positions, not text: the text may be part of a password.
-func parseKV(s string) ([]kvPair, error) {
-	var pairs []kvPair
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
-	isKey := func(c byte) bool {
-		return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-	}
-	i := 0
-	for {
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		if i == len(s) {
-			break
-		}
-		k := i
-		for i < len(s) && isKey(s[i]) {
-			i++
-		}
-		if i == k {
-			return nil, fmt.Errorf("want a key (letters, digits, _) at byte %d", i+1)
-		}
-		key := s[k:i]
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		if i == len(s) || s[i] != '=' {
-			return nil, fmt.Errorf("want = after the key ending at byte %d", k+len(key))
-		}
-		i++
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		start := i
-		if i < len(s) && s[i] == '\'' {
-			i++
-			for i < len(s) && s[i] != '\'' {
-				if s[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			if i >= len(s) {
-				return nil, fmt.Errorf("the quoted value starting at byte %d has no closing quote", start+1)
-			}
-			i++
-		} else {
-			for i < len(s) && !isSpace(s[i]) {
-				if s[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i = min(i, len(s))
-		}
-		pairs = append(pairs, kvPair{key: key, start: start, end: i})
-	}
-	if len(pairs) == 0 {
-		return nil, errors.New("no key=value pairs")
-	}
-	return pairs, nil
-}
+// RedactParseError returns err with the DSN a pgx parse error quotes redacted
+// (pgdsn.RedactParseError).
+func RedactParseError(err error) error { return pgdsn.RedactParseError(err) }
 
 type (
 	plainConfig Config // Config without its methods, for Format

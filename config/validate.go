@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxd/outboxd/internal/pgdsn"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -146,18 +147,18 @@ func (v *checker) dsn(key, s string) {
 		}
 		v.dsnParams(key, u.Port(), u.Query().Get("sslmode"))
 	default:
-		pairs, err := parseKV(s)
+		pairs, err := pgdsn.ParseKV(s)
 		if err != nil {
 			v.add(key, "neither a postgres:// URL nor key=value pairs: %v", err)
 			return
 		}
 		var port, sslmode string
 		for _, p := range pairs {
-			switch p.key {
+			switch p.Key {
 			case "port":
-				port = kvValue(s[p.start:p.end])
+				port = pgdsn.Value(s[p.Start:p.End])
 			case "sslmode":
-				sslmode = kvValue(s[p.start:p.end])
+				sslmode = pgdsn.Value(s[p.Start:p.End])
 			}
 		}
 		v.dsnParams(key, port, sslmode)
@@ -354,7 +355,7 @@ func (v *checker) nats(key string, d Driver) {
 	if v.required(k("url"), d.URL) && !v.placeholder(k("url"), d.URL) {
 		for i, raw := range strings.Split(d.URL, ",") {
 			if msg := natsURLProblem(strings.TrimSpace(raw)); msg != "" {
-				v.add(k("url"), "server %d (%s): %s", i+1, quoteShort(redactURL(strings.TrimSpace(raw), mask, true)), msg)
+				v.add(k("url"), "server %d (%s): %s", i+1, quoteShort(pgdsn.RedactURL(strings.TrimSpace(raw), mask, true)), msg)
 			}
 		}
 	}
@@ -495,7 +496,7 @@ func (v *checker) tracing(key string, t Tracing) {
 	}
 	if t.Endpoint != "" && !v.placeholder(k("endpoint"), t.Endpoint) {
 		if msg := endpointProblem(t.Endpoint); msg != "" {
-			v.add(k("endpoint"), "want an http:// or https:// URL, got %s: %s", quoteShort(redactURL(t.Endpoint, mask, true)), msg)
+			v.add(k("endpoint"), "want an http:// or https:// URL, got %s: %s", quoteShort(pgdsn.RedactURL(t.Endpoint, mask, true)), msg)
 		}
 	}
 	if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) {

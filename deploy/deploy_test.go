@@ -2,6 +2,9 @@
 // Kubernetes manifests and the systemd unit must parse, point their probes at the admin
 // API (/healthz and /readyz on port 9600), carry configurations that outboxd accepts, and
 // build the binary the Makefile builds. No Docker engine or cluster is needed.
+//
+// Package deploy_test is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package deploy_test
 
 import (

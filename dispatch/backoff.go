@@ -6,19 +6,17 @@ import (
 )
 
 // backoff returns the pause before attempt number attempt (1 for the first retry):
-// initial doubling per attempt up to max, then a random cut of up to a half ("equal
+// initial doubling per attempt up to ceiling, then a random cut of up to a half ("equal
 // jitter") so that messages refused together do not return together.
-func backoff(initial, max time.Duration, attempt int) time.Duration {
+func backoff(initial, ceiling time.Duration, attempt int) time.Duration {
 	if initial <= 0 {
 		return 0
 	}
 	d := initial
-	for i := 1; i < attempt && d < max; i++ {
+	for i := 1; i < attempt && d < ceiling; i++ {
 		d *= 2
 	}
-	if d > max {
-		d = max
-	}
+	d = min(d, ceiling)
 	half := d / 2
 	return half + time.Duration(rand.Int64N(int64(half)+1))
 }

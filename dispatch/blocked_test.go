@@ -56,7 +56,7 @@ func (d *poisonDriver) takenOf(want []int64) []int64 {
 }
 
 // sampleBlocked takes one sample and returns its event per stream.
-func sampleBlocked(t *testing.T, ctx context.Context, s *dispatch.BlockedSampler, rec *recorder, streams int) map[string]events.BlockedKeys {
+func sampleBlocked(t *testing.T, ctx context.Context, s *dispatch.Sampler, rec *recorder, streams int) map[string]events.BlockedKeys {
 	t.Helper()
 	must(t, s.Sample(ctx))
 	got := map[string]events.BlockedKeys{}
@@ -138,7 +138,7 @@ func TestAFailedHeadBlocksOnlyItsKeyTheSamplerShowsItAndASkipReleasesTheRestInOr
 		t.Fatalf("the broker took %v although their head failed", taken)
 	}
 
-	sampler := dispatch.NewBlockedSampler([]string{"orders", "idle"}, time.Second, f.store, rec, nil)
+	sampler := blockedSampler([]string{"orders", "idle"}, f.store, rec)
 	got := sampleBlocked(t, f.ctx, sampler, rec, 2)
 	if want := (events.BlockedKeys{Stream: "orders", Keys: 1, Waiting: waiting}); got["orders"] != want {
 		t.Fatalf("sample with a failed head: %+v, want %+v", got["orders"], want)
@@ -188,7 +188,7 @@ func TestTheBlockedSamplerReportsEveryOrderedStreamEvenOnesTheDatabaseLeftOut(t 
 	t.Parallel()
 	st := &blockedStore{answer: []store.BlockedStream{{Stream: "b", Keys: 2, Waiting: 40}}}
 	rec := newRecorder()
-	s := dispatch.NewBlockedSampler([]string{"a", "b"}, time.Second, st, rec, nil)
+	s := blockedSampler([]string{"a", "b"}, st, rec)
 	got := sampleBlocked(t, context.Background(), s, rec, 2)
 	if got["a"] != (events.BlockedKeys{Stream: "a"}) || got["b"] != (events.BlockedKeys{Stream: "b", Keys: 2, Waiting: 40}) {
 		t.Fatalf("samples %+v", got)
@@ -200,7 +200,7 @@ func TestTheBlockedSamplerReportsEveryOrderedStreamEvenOnesTheDatabaseLeftOut(t 
 	if err := s.Sample(context.Background()); err == nil {
 		t.Fatal("a failed sample reported no error")
 	}
-	if err := dispatch.NewBlockedSampler(nil, time.Second, st, rec, nil).Sample(context.Background()); err != nil {
+	if err := blockedSampler(nil, st, rec).Sample(context.Background()); err != nil {
 		t.Fatalf("a sampler of no stream: %v", err)
 	}
 	st.mu.Lock()
@@ -208,4 +208,10 @@ func TestTheBlockedSamplerReportsEveryOrderedStreamEvenOnesTheDatabaseLeftOut(t 
 	if len(st.asked) != 2 || !slices.Equal(st.asked[0], []string{"a", "b"}) {
 		t.Fatalf("the database was asked about %v; want a, b twice and nothing for a sampler of no stream", st.asked)
 	}
+}
+
+// blockedSampler is a sampler of the blocked-key probe alone.
+func blockedSampler(ordered []string, st dispatch.BlockedStore, rec *recorder) *dispatch.Sampler {
+	return dispatch.NewSampler(dispatch.SamplerConfig{Interval: time.Second,
+		Probes: []dispatch.Probe{dispatch.BlockedProbe(ordered, st)}}, rec, nil)
 }

@@ -23,8 +23,8 @@ type breaker struct {
 	trialOut bool          // a half-open trial is in flight
 }
 
-func newBreaker(threshold int, initial, max time.Duration) *breaker {
-	return &breaker{threshold: threshold, initial: initial, max: max, state: events.BreakerClosed}
+func newBreaker(threshold int, initial, maxPause time.Duration) *breaker {
+	return &breaker{threshold: threshold, initial: initial, max: maxPause, state: events.BreakerClosed}
 }
 
 // allow says whether a claim may start now and how many rows it may take; when it may

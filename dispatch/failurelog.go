@@ -33,9 +33,8 @@ const failureLogKeyBytes = 128
 // under a lock. The summary of a window is written when the window ends (a timer), when
 // the stream's next failure opens a new one, or at Close.
 type FailureLog struct {
-	burst    int
-	interval time.Duration
-	log      *slog.Logger
+	cfg FailureLogConfig
+	log *slog.Logger
 
 	mu      sync.Mutex
 	streams map[string]*failureWindow
@@ -51,19 +50,22 @@ type failureWindow struct {
 	timer      *time.Timer // ends a window in which lines were suppressed
 }
 
-// NewFailureLog builds a failure log allowing burst lines per stream every interval;
-// zero or negative values take the defaults. logger may be nil.
-func NewFailureLog(burst int, interval time.Duration, logger *slog.Logger) *FailureLog {
-	if burst <= 0 {
-		burst = DefaultFailureLogBurst
+// FailureLogConfig tunes a FailureLog; zero or negative values take the defaults.
+type FailureLogConfig struct {
+	Burst    int           // lines logged in full per stream and interval (DefaultFailureLogBurst)
+	Interval time.Duration // the window Burst applies to (DefaultFailureLogInterval)
+}
+
+// NewFailureLog builds a failure log; logger may be nil.
+func NewFailureLog(cfg FailureLogConfig, logger *slog.Logger) *FailureLog {
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultFailureLogBurst
 	}
-	if interval <= 0 {
-		interval = DefaultFailureLogInterval
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultFailureLogInterval
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &FailureLog{burst: burst, interval: interval, log: logger, streams: map[string]*failureWindow{}}
+	_, logger = orDiscard(nil, logger)
+	return &FailureLog{cfg: cfg, log: logger, streams: map[string]*failureWindow{}}
 }
 
 // IsMessageFailed selects the events the failure log handles (events.Filter).
@@ -87,12 +89,12 @@ func (l *FailureLog) Handle(e events.Event) {
 		w = &failureWindow{}
 		l.streams[f.Stream] = w
 	}
-	if !w.open || now.Sub(w.start) >= l.interval {
+	if !w.open || now.Sub(w.start) >= l.cfg.Interval {
 		l.summarize(f.Stream, w)
 		w.start, w.open, w.logged = now, true, 0
 		w.gen++
 	}
-	if w.logged < l.burst {
+	if w.logged < l.cfg.Burst {
 		w.logged++
 		l.log.Warn("message failed for good; its row stays failed in the outbox table",
 			"stream", f.Stream, "id", f.ID, "key", showKey(f.Key), "topic", f.Topic,
@@ -102,7 +104,7 @@ func (l *FailureLog) Handle(e events.Event) {
 	w.suppressed++
 	if w.timer == nil {
 		stream, gen := f.Stream, w.gen
-		w.timer = time.AfterFunc(w.start.Add(l.interval).Sub(now), func() { l.windowEnded(stream, gen) })
+		w.timer = time.AfterFunc(w.start.Add(l.cfg.Interval).Sub(now), func() { l.windowEnded(stream, gen) })
 	}
 }
 
@@ -130,8 +132,8 @@ func (l *FailureLog) summarize(stream string, w *failureWindow) {
 		return
 	}
 	l.log.Warn(fmt.Sprintf("%d more messages of stream %s failed for good; not logged, to keep the log readable (limit: %d a stream every %s)",
-		w.suppressed, stream, l.burst, l.interval),
-		"stream", stream, "suppressed", w.suppressed, "interval", l.interval)
+		w.suppressed, stream, l.cfg.Burst, l.cfg.Interval),
+		"stream", stream, "suppressed", w.suppressed, "interval", l.cfg.Interval)
 	w.suppressed = 0
 }
 

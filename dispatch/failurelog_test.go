@@ -78,7 +78,7 @@ func TestAPoisonedStreamLogsABoundedNumberOfFailuresAndCountsTheRest(t *testing.
 	var sink logSink
 	logger := slog.New(slog.NewJSONHandler(&sink, nil))
 	bus := events.NewBus(logger)
-	failures := dispatch.NewFailureLog(10, time.Hour, logger)
+	failures := dispatch.NewFailureLog(dispatch.FailureLogConfig{Burst: 10, Interval: time.Hour}, logger)
 	bus.Subscribe("failure-log", failures.Handle, events.Filter(dispatch.IsMessageFailed))
 	pub := newFakePublisher(func(context.Context, router.Message) error {
 		return router.Permanent(errors.New("schema registry: subject not found"))
@@ -130,7 +130,7 @@ func TestTheFailureLogAllowsANewBurstEveryIntervalAndSummarisesTheLast(t *testin
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var sink logSink
-		l := dispatch.NewFailureLog(2, time.Minute, slog.New(slog.NewJSONHandler(&sink, nil)))
+		l := dispatch.NewFailureLog(dispatch.FailureLogConfig{Burst: 2, Interval: time.Minute}, slog.New(slog.NewJSONHandler(&sink, nil)))
 		fail := func(stream string, id int64) {
 			l.Handle(events.MessageFailed{Stream: stream, ID: id, Key: []byte{0xff, 0x00}, Attempts: 3,
 				Reason: "attempts_exhausted", Err: "gave up"})
@@ -148,7 +148,7 @@ func TestTheFailureLogAllowsANewBurstEveryIntervalAndSummarisesTheLast(t *testin
 		}
 		time.Sleep(time.Minute) // the window ends: its summary is written without another failure
 		synctest.Wait()
-		full, suppressed = failureLines(sink.lines(t))
+		_, suppressed = failureLines(sink.lines(t))
 		if suppressed["orders"] != 3 {
 			t.Fatalf("after the interval: %d suppressed in summaries, want 3", suppressed["orders"])
 		}

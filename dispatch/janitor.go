@@ -74,12 +74,7 @@ func NewJanitor(cfg JanitorConfig, st JanitorStore, emit Emitter, logger *slog.L
 	if cfg.PurgeChunks <= 0 {
 		cfg.PurgeChunks = 200
 	}
-	if emit == nil {
-		emit = discardEmitter{}
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	emit, logger = orDiscard(emit, logger)
 	return &Janitor{cfg: cfg, store: st, emit: emit, log: logger.With("component", "janitor")}
 }
 

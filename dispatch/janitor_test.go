@@ -134,7 +134,8 @@ func TestTheSamplerReportsEveryStreamsBacklog(t *testing.T) {
 		       ('c', 't', 'x', 'pending', NULL, NULL, now() - interval '1 hour', now() + interval '1 day', NULL, NULL, NULL)`)
 	must(t, err)
 	rec := newRecorder()
-	s := dispatch.NewSampler([]string{"a", "b", "c", "idle"}, time.Second, f.store, rec, nil)
+	s := dispatch.NewSampler(dispatch.SamplerConfig{Interval: time.Second,
+		Probes: []dispatch.Probe{dispatch.BacklogProbe([]string{"a", "b", "c", "idle"}, f.store)}}, rec, nil)
 	must(t, s.Sample(f.ctx))
 	got := map[string]events.Backlog{}
 	for len(got) < 4 {
@@ -165,7 +166,7 @@ func TestOnAPartitionedTableTheJanitorKeepsPartitionsAndReportsDefaultRowsInstea
 	rec := newRecorder()
 	j := dispatch.NewJanitor(dispatch.JanitorConfig{
 		Retention:  time.Hour,
-		Partitions: dispatch.NewPartitions(st, 24*time.Hour, 3, time.Hour, nil),
+		Partitions: dispatch.NewPartitions(dispatch.PartitionsConfig{Interval: 24 * time.Hour, Ahead: 3, Retention: time.Hour}, st, nil),
 	}, st, rec, nil)
 	ran, err := j.Cycle(ctx)
 	if err != nil || !ran {

@@ -8,10 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxd/outboxd/events"
-	"github.com/outboxd/outboxd/table"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Waker is woken when its stream has news.
@@ -20,40 +18,38 @@ type Waker interface {
 	Wake()
 }
 
-// Listener holds its own connection, LISTENs on the outbox table's channel and wakes
-// the pipeline of the stream each notification names. It reconnects with backoff and
-// wakes every pipeline after each (re)connect, because notifications sent while it was
-// away are lost; polling covers the gap either way.
+// Listener holds its own connection (store.Listen), LISTENs on the outbox table's channel
+// and wakes the pipeline of the stream each notification names. It reconnects with
+// backoff and wakes every pipeline after each (re)connect, because notifications sent
+// while it was away are lost; polling covers the gap either way.
 type Listener struct {
-	connConfig *pgx.ConnConfig
-	table      table.Name
-	wakers     map[string]Waker
-	emit       Emitter
-	log        *slog.Logger
-	connected  atomic.Bool
-	received   atomic.Uint64
-
-	// keepalive is how long a quiet connection waits before it is pinged, so a
-	// connection that died silently is noticed.
-	keepalive time.Duration
+	cfg       ListenerConfig
+	wakers    map[string]Waker
+	emit      Emitter
+	log       *slog.Logger
+	connected atomic.Bool
+	received  atomic.Uint64
 }
 
-// NewListener builds a listener for the outbox table n, connecting with connConfig.
-func NewListener(connConfig *pgx.ConnConfig, n table.Name, wakers []Waker, emit Emitter, logger *slog.Logger) *Listener {
-	if emit == nil {
-		emit = discardEmitter{}
+// ListenerConfig says what a Listener listens to; zero values take the defaults noted.
+type ListenerConfig struct {
+	Listen store.ListenConfig // the listener's own connection and the table it listens to
+	// Keepalive is how long a quiet connection waits before it is pinged, so that a
+	// connection that died silently is noticed (30s).
+	Keepalive time.Duration
+}
+
+// NewListener builds a listener waking wakers; emit and logger may be nil.
+func NewListener(cfg ListenerConfig, wakers []Waker, emit Emitter, logger *slog.Logger) *Listener {
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = 30 * time.Second
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	emit, logger = orDiscard(emit, logger)
 	byStream := make(map[string]Waker, len(wakers))
 	for _, w := range wakers {
 		byStream[w.Stream()] = w
 	}
-	return &Listener{
-		connConfig: connConfig, table: n, wakers: byStream, emit: emit,
-		log: logger.With("component", "listener"), keepalive: 30 * time.Second,
-	}
+	return &Listener{cfg: cfg, wakers: byStream, emit: emit, log: logger.With("component", "listener")}
 }
 
 // Connected reports whether the listener currently holds a listening connection.
@@ -89,38 +85,35 @@ func (l *Listener) Run(ctx context.Context) error {
 }
 
 // session connects, listens and wakes pipelines until the connection fails or ctx ends.
-// The connection is closed only here, after WaitForNotification has returned: closing
+// The connection is closed only here, after Wait has returned: closing
 // it under a waiting goroutine would race.
 func (l *Listener) session(ctx context.Context) error {
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(connectCtx, l.connConfig)
+	conn, err := store.Listen(connectCtx, l.cfg.Listen)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("listener: connect: %w", err)
+		return fmt.Errorf("listener: %w", err)
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+l.table.ListenChannel()); err != nil {
-		return fmt.Errorf("listener: listen on %s: %w", l.table.Channel(), err)
-	}
 	l.connected.Store(true)
 	l.emit.Emit(events.ListenerState{Connected: true})
-	l.log.Info("listening for new messages", "channel", l.table.Channel())
+	l.log.Info("listening for new messages", "channel", conn.Channel())
 	for _, w := range l.wakers {
 		w.Wake()
 	}
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, l.keepalive)
-		n, err := conn.WaitForNotification(waitCtx)
+		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.Keepalive)
+		stream, err := conn.Wait(waitCtx)
 		quiet := errors.Is(waitCtx.Err(), context.DeadlineExceeded)
 		cancel()
 		switch {
 		case err == nil:
 			l.received.Add(1)
-			if w, ok := l.wakers[n.Payload]; ok {
+			if w, ok := l.wakers[stream]; ok {
 				w.Wake()
 			}
 		case ctx.Err() != nil:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/store"
 )
 
 type fakeWaker struct {
@@ -28,7 +29,7 @@ func startListener(t *testing.T, f *fixture, rec *recorder, wakers ...dispatch.W
 	t.Helper()
 	cfg, err := pgx.ParseConfig(f.pg.DSN)
 	must(t, err)
-	l := dispatch.NewListener(cfg, f.pg.Table, wakers, rec, nil)
+	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: cfg, Table: f.pg.Table}}, wakers, rec, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()

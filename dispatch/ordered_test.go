@@ -113,11 +113,11 @@ func (c *crashable) Retry(ctx context.Context, t store.Token, r []store.Retry) (
 	return c.Store.Retry(ctx, t, r)
 }
 
-func (c *crashable) Defer(ctx context.Context, t store.Token, d []store.Deferral, max time.Duration) (store.DeferResult, error) {
+func (c *crashable) Defer(ctx context.Context, t store.Token, d []store.Deferral, maxDefer time.Duration) (store.DeferResult, error) {
 	if c.dead.Load() {
 		return store.DeferResult{}, errCrashed
 	}
-	return c.Store.Defer(ctx, t, d, max)
+	return c.Store.Defer(ctx, t, d, maxDefer)
 }
 
 func (c *crashable) Fail(ctx context.Context, t store.Token, f []store.Failure) (store.FailResult, error) {

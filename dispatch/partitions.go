@@ -25,30 +25,32 @@ var _ PartitionStore = (*store.Store)(nil)
 // under its lock; on a partitioned table retention is a DROP, so the janitor does not
 // DELETE delivered rows.
 type Partitions struct {
-	store     PartitionStore
-	interval  time.Duration
-	ahead     int
-	retention time.Duration
-	log       *slog.Logger
+	cfg   PartitionsConfig
+	store PartitionStore
+	log   *slog.Logger
 }
 
-// NewPartitions builds the upkeep of partitions interval long, ahead of them kept
-// created, dropped after retention.
-func NewPartitions(st PartitionStore, interval time.Duration, ahead int, retention time.Duration, logger *slog.Logger) *Partitions {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &Partitions{store: st, interval: interval, ahead: ahead, retention: retention, log: logger.With("component", "partitions")}
+// PartitionsConfig says which partitions the upkeep keeps.
+type PartitionsConfig struct {
+	Interval  time.Duration // the time range of one partition
+	Ahead     int           // partitions kept created ahead of now
+	Retention time.Duration // a partition is dropped once all of it is older than this
+}
+
+// NewPartitions builds the upkeep of partitions; logger may be nil.
+func NewPartitions(cfg PartitionsConfig, st PartitionStore, logger *slog.Logger) *Partitions {
+	_, logger = orDiscard(nil, logger)
+	return &Partitions{cfg: cfg, store: st, log: logger.With("component", "partitions")}
 }
 
 // Maintain does one round of upkeep; each step runs even when an earlier one failed.
 func (p *Partitions) Maintain(ctx context.Context, emit Emitter) error {
-	created, errCreate := p.store.CreatePartitions(ctx, p.interval, p.ahead)
+	created, errCreate := p.store.CreatePartitions(ctx, p.cfg.Interval, p.cfg.Ahead)
 	for _, name := range created {
 		emit.Emit(events.PartitionChanged{Partition: name, Created: true})
 		p.log.Info("partition created", "partition", name)
 	}
-	dropped, errDrop := p.store.DropExpiredPartitions(ctx, p.retention)
+	dropped, errDrop := p.store.DropExpiredPartitions(ctx, p.cfg.Retention)
 	for _, name := range dropped {
 		emit.Emit(events.PartitionChanged{Partition: name})
 		p.log.Info("partition dropped", "partition", name)

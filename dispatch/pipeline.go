@@ -6,6 +6,9 @@
 // broker costs no attempt; and at shutdown every lease not published is handed back so
 // another replica can take the rows at once. Notifications only shorten waits: polling
 // alone delivers everything.
+//
+// Package dispatch is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package dispatch
 
 import (
@@ -164,12 +167,7 @@ func NewPipeline(cfg PipelineConfig, st Store, pub Publisher, emit Emitter, logg
 			return nil, fmt.Errorf("pipeline %s: the stream is ordered but its publisher cannot publish in key order", cfg.Stream)
 		}
 	}
-	if emit == nil {
-		emit = discardEmitter{}
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	emit, logger = orDiscard(emit, logger)
 	logger = logger.With("stream", cfg.Stream)
 	p := &Pipeline{
 		cfg:     cfg,

@@ -15,7 +15,7 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// UnservedStore is what the unserved-stream sampler needs from the database.
+// UnservedStore is what the unserved-stream probe needs from the database.
 type UnservedStore interface {
 	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
 }
@@ -29,63 +29,42 @@ const unservedWarnEvery = 15 * time.Minute
 // unservedLogNames bounds the streams one warning names.
 const unservedLogNames = 10
 
-// UnservedSampler reports, on every replica and without any lock, the streams that have
-// pending rows although no pipeline of this replica drains them: a row written under a
-// stream nobody serves is never delivered, so it must be reported, not silently kept.
-// It emits one UnservedStreams event per sample (empty when there are none) and logs a
-// warning naming the streams, rate-limited. Replicas are expected to share one
-// configuration; a replica configured with fewer streams reports the others' too.
-type UnservedSampler struct {
-	served   []string
-	interval time.Duration
-	store    UnservedStore
-	emit     Emitter
-	log      *slog.Logger
+// UnservedProbe samples the streams that have pending rows although no pipeline of this
+// replica drains them: a row written under a stream nobody serves is never delivered, so
+// it must be reported, not silently kept. It returns one UnservedStreams event per
+// sample (empty when there are none) and logs a warning naming the streams, rate-limited.
+// Replicas are expected to share one configuration; a replica configured with fewer
+// streams reports the others' too. logger may be nil.
+func UnservedProbe(served []string, st UnservedStore, logger *slog.Logger) Probe {
+	_, logger = orDiscard(nil, logger)
+	u := &unservedWarner{log: logger.With("component", "unserved")}
+	served = slices.Clone(served)
+	return Probe{Name: "unserved-stream", Sample: func(ctx context.Context) ([]events.Event, error) {
+		found, err := st.UnservedStreams(ctx, served)
+		if err != nil {
+			return nil, err
+		}
+		ev := events.UnservedStreams{Streams: make([]events.UnservedStream, len(found))}
+		for i, f := range found {
+			ev.Streams[i] = events.UnservedStream{Stream: f.Stream, Pending: f.Pending, Oldest: f.Oldest}
+		}
+		u.warn(ev.Streams)
+		return []events.Event{ev}, nil
+	}}
+}
+
+// unservedWarner keeps what the last warning about unserved streams said.
+type unservedWarner struct {
+	log *slog.Logger
 
 	mu       sync.Mutex // guards the warning state below
 	warned   []string   // streams named by the last warning, sorted
 	warnedAt time.Time
 }
 
-// NewUnservedSampler builds a sampler of the streams outside served every interval.
-func NewUnservedSampler(served []string, interval time.Duration, st UnservedStore, emit Emitter, logger *slog.Logger) *UnservedSampler {
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	if emit == nil {
-		emit = discardEmitter{}
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &UnservedSampler{served: slices.Clone(served), interval: interval, store: st, emit: emit,
-		log: logger.With("component", "unserved")}
-}
-
-// Run samples at start and then every interval until ctx ends.
-func (s *UnservedSampler) Run(ctx context.Context) error {
-	sampleEvery(ctx, s.interval, s.log, "unserved-stream sample failed", s.Sample)
-	return nil
-}
-
-// Sample takes one sample, emits it and warns when it is due.
-func (s *UnservedSampler) Sample(ctx context.Context) error {
-	found, err := s.store.UnservedStreams(ctx, s.served)
-	if err != nil {
-		return err
-	}
-	ev := events.UnservedStreams{Streams: make([]events.UnservedStream, len(found))}
-	for i, u := range found {
-		ev.Streams[i] = events.UnservedStream{Stream: u.Stream, Pending: u.Pending, Oldest: u.Oldest}
-	}
-	s.emit.Emit(ev)
-	s.warn(ev.Streams)
-	return nil
-}
-
 // warn logs the unserved streams when they differ from the last warning's, or when the
 // last warning is unservedWarnEvery old; and once, at info level, when none are left.
-func (s *UnservedSampler) warn(streams []events.UnservedStream) {
+func (s *unservedWarner) warn(streams []events.UnservedStream) {
 	names := make([]string, len(streams))
 	for i, u := range streams {
 		names[i] = u.Stream

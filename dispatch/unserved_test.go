@@ -71,7 +71,7 @@ func TestTheUnservedSamplerEmitsEverySampleAndNamesTheStreams(t *testing.T) {
 	}}
 	rec := newRecorder()
 	logs := &logLines{}
-	s := dispatch.NewUnservedSampler([]string{"orders", "payments"}, time.Second, st, rec,
+	s := unservedSampler([]string{"orders", "payments"}, time.Second, st, rec,
 		slog.New(slog.NewJSONHandler(logs, nil)))
 	must(t, s.Sample(context.Background()))
 
@@ -100,7 +100,7 @@ func TestTheUnservedSamplerEmitsEverySampleAndNamesTheStreams(t *testing.T) {
 func TestTheUnservedSamplerEmitsAnEmptySampleSoGaugesReturnToZero(t *testing.T) {
 	t.Parallel()
 	rec := newRecorder()
-	s := dispatch.NewUnservedSampler(nil, time.Second, &fakeUnserved{}, rec, nil)
+	s := unservedSampler(nil, time.Second, &fakeUnserved{}, rec, nil)
 	must(t, s.Sample(context.Background()))
 	e := rec.await(t, time.Second, "an UnservedStreams event", func(e events.Event) bool {
 		_, ok := e.(events.UnservedStreams)
@@ -116,7 +116,7 @@ func TestTheUnservedWarningRepeatsOnlyForNewStreamsOrAfterAQuarterOfAnHour(t *te
 	synctest.Test(t, func(t *testing.T) {
 		st := &fakeUnserved{}
 		logs := &logLines{}
-		s := dispatch.NewUnservedSampler([]string{"orders"}, 10*time.Second, st, nil, slog.New(slog.NewJSONHandler(logs, nil)))
+		s := unservedSampler([]string{"orders"}, 10*time.Second, st, nil, slog.New(slog.NewJSONHandler(logs, nil)))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx) }()
@@ -167,7 +167,7 @@ func TestAFailingUnservedSampleIsLoggedOnceAndRetried(t *testing.T) {
 		st := &fakeUnserved{err: errors.New("connection refused")}
 		logs := &logLines{}
 		rec := newRecorder()
-		s := dispatch.NewUnservedSampler(nil, 10*time.Second, st, rec, slog.New(slog.NewJSONHandler(logs, nil)))
+		s := unservedSampler(nil, 10*time.Second, st, rec, slog.New(slog.NewJSONHandler(logs, nil)))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx) }()
@@ -199,4 +199,10 @@ func (r *recorder) countUnserved() int {
 		}
 	}
 	return n
+}
+
+// unservedSampler is a sampler of the unserved-stream probe alone, logging to logger.
+func unservedSampler(served []string, interval time.Duration, st dispatch.UnservedStore, emit dispatch.Emitter, logger *slog.Logger) *dispatch.Sampler {
+	return dispatch.NewSampler(dispatch.SamplerConfig{Interval: interval,
+		Probes: []dispatch.Probe{dispatch.UnservedProbe(served, st, logger)}}, emit, logger)
 }

@@ -5,6 +5,9 @@
 // series, spans and actions; the loops only emit. The Bus delivers them under one rule:
 // emitting never waits for a slow subscriber (an asynchronous subscriber whose queue is
 // full loses the event, counted), so observing delivery never stalls it.
+//
+// Package events is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package events
 
 import "time"

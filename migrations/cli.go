@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/pgdsn"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -42,7 +42,7 @@ func Unrecorded(ctx context.Context, dsn string, n table.Name) error {
 	}
 	connConfig, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("parse database URL: %w", config.RedactParseError(err))
+		return fmt.Errorf("parse database URL: %w", pgdsn.RedactParseError(err))
 	}
 	db := stdlib.OpenDB(*connConfig)
 	defer db.Close()

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/pgdsn"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -42,7 +42,7 @@ func (l Layout) Open(ctx context.Context, dsn string, n table.Name) (*Migrator, 
 	}
 	connConfig, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: parse database URL: %w", config.RedactParseError(err))
+		return nil, fmt.Errorf("migrate: parse database URL: %w", pgdsn.RedactParseError(err))
 	}
 	db := stdlib.OpenDB(*connConfig)
 	fail := func(err error) (*Migrator, error) {
@@ -186,7 +186,7 @@ func createSchema(ctx context.Context, db *sql.DB, schema string) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer tx.Rollback() // a no-op after Commit
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('outboxd:create-schema:' || $1))`, schema); err != nil {
 		return err
 	}

@@ -6,6 +6,9 @@
 // There are two layouts of the same schema, plain (the top directory) and partitioned
 // (partitioned/); they carry the same versions and one version table, so a table keeps
 // the layout it was created with and every later version exists in both.
+//
+// Package migrations is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package migrations
 
 import (

@@ -29,7 +29,7 @@ func connect(t *testing.T, dsn string) (*pgx.Conn, context.Context) {
 }
 
 // objects counts what the migration created for n: the table, its functions and view.
-func objects(t *testing.T, conn *pgx.Conn, ctx context.Context, n table.Name) (tables, functions, views int) {
+func objects(t *testing.T, ctx context.Context, conn *pgx.Conn, n table.Name) (tables, functions, views int) {
 	t.Helper()
 	err := conn.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = $2),
@@ -72,7 +72,7 @@ func TestUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		if v, dirty := version(t, ctx, dsn, n); v != migrations.Latest() || dirty {
 			t.Fatalf("after up: version %d dirty %v, want %d", v, dirty, migrations.Latest())
 		}
-		if tb, fn, vw := objects(t, conn, ctx, n); tb != 1 || fn != 5 || vw != 1 {
+		if tb, fn, vw := objects(t, ctx, conn, n); tb != 1 || fn != 5 || vw != 1 {
 			t.Fatalf("after up: %d tables, %d functions, %d views", tb, fn, vw)
 		}
 		if err := migrations.Up(ctx, dsn, n); err != nil {
@@ -92,7 +92,7 @@ func TestUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		if v, _ := version(t, ctx, dsn, n); v != 0 {
 			t.Fatalf("after down: version %d", v)
 		}
-		if tb, fn, vw := objects(t, conn, ctx, n); tb+fn+vw != 0 {
+		if tb, fn, vw := objects(t, ctx, conn, n); tb+fn+vw != 0 {
 			t.Fatalf("down left %d tables, %d functions, %d views", tb, fn, vw)
 		}
 	}
@@ -142,7 +142,7 @@ func TestNonDefaultNamesWorkSideBySideInOneSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if tb, fn, vw := objects(t, conn, ctx, a); tb != 1 || fn != 5 || vw != 1 {
+	if tb, fn, vw := objects(t, ctx, conn, a); tb != 1 || fn != 5 || vw != 1 {
 		t.Fatalf("reverting %s damaged %s: %d tables, %d functions, %d views", b, a, tb, fn, vw)
 	}
 	if v, _ := version(t, ctx, dsn, a); v != migrations.Latest() {
@@ -167,7 +167,7 @@ func TestTheFilesAsTheyStandApplyWithPlainSQL(t *testing.T) {
 			t.Fatalf("%s script: %v", dir, err)
 		}
 	}
-	if tb, _, _ := objects(t, conn, ctx, table.Default); tb != 1 {
+	if tb, _, _ := objects(t, ctx, conn, table.Default); tb != 1 {
 		t.Fatal("script did not create the table")
 	}
 }

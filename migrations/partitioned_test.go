@@ -18,7 +18,7 @@ import (
 )
 
 // relkind reads pg_class.relkind of n's table, "" when it does not exist.
-func relkind(t *testing.T, conn *pgx.Conn, ctx context.Context, n table.Name) string {
+func relkind(t *testing.T, ctx context.Context, conn *pgx.Conn, n table.Name) string {
 	t.Helper()
 	var kind string
 	err := conn.QueryRow(ctx, `SELECT c.relkind::text FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
@@ -44,7 +44,7 @@ func partitioned(t *testing.T, n table.Name) (*pgx.Conn, context.Context, string
 }
 
 // addPartition attaches a time partition by hand, as the store would at run time.
-func addPartition(t *testing.T, conn *pgx.Conn, ctx context.Context, n table.Name, from, to time.Time) {
+func addPartition(t *testing.T, ctx context.Context, conn *pgx.Conn, n table.Name, from, to time.Time) {
 	t.Helper()
 	name := table.Quote(n.Schema) + "." + table.Quote(n.Table+"_p"+from.UTC().Format("20060102"))
 	_, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
@@ -93,10 +93,10 @@ func TestPartitionedLayoutUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		if v, dirty := version(t, ctx, dsn, n); v != migrations.Latest() || dirty {
 			t.Fatalf("round %d: version %d dirty %v", round, v, dirty)
 		}
-		if k := relkind(t, conn, ctx, n); k != "p" {
+		if k := relkind(t, ctx, conn, n); k != "p" {
 			t.Fatalf("round %d: relkind %q, want a partitioned table", round, k)
 		}
-		if tb, fn, vw := objects(t, conn, ctx, n); tb != 1 || fn != 5 || vw != 1 {
+		if tb, fn, vw := objects(t, ctx, conn, n); tb != 1 || fn != 5 || vw != 1 {
 			t.Fatalf("round %d: %d tables, %d functions, %d views", round, tb, fn, vw)
 		}
 		var def string
@@ -109,7 +109,7 @@ func TestPartitionedLayoutUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		}
 		// A partition made at run time goes with the table.
 		day := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
-		addPartition(t, conn, ctx, n, day, day.AddDate(0, 0, 1))
+		addPartition(t, ctx, conn, n, day, day.AddDate(0, 0, 1))
 		m, err := migrations.Partitioned.Open(ctx, dsn, n)
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestPartitionedLayoutWorksUnderNonDefaultNames(t *testing.T) {
 	if err := migrations.Up(ctx, dsn, b); err != nil {
 		t.Fatal(err)
 	}
-	if ka, kb := relkind(t, conn, ctx, a), relkind(t, conn, ctx, b); ka != "p" || kb != "r" {
+	if ka, kb := relkind(t, ctx, conn, a), relkind(t, ctx, conn, b); ka != "p" || kb != "r" {
 		t.Fatalf("relkinds %q and %q", ka, kb)
 	}
 	if _, err := conn.Exec(ctx, `LISTEN `+a.ListenChannel()); err != nil {
@@ -165,7 +165,7 @@ func TestPartitionedLayoutWorksUnderNonDefaultNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if tb, fn, vw := objects(t, conn, ctx, b); tb != 1 || fn != 5 || vw != 1 {
+	if tb, fn, vw := objects(t, ctx, conn, b); tb != 1 || fn != 5 || vw != 1 {
 		t.Fatalf("reverting %s damaged %s: %d tables, %d functions, %d views", a, b, tb, fn, vw)
 	}
 }
@@ -183,7 +183,7 @@ func TestThePartitionedFilesAsTheyStandApplyWithPlainSQL(t *testing.T) {
 			t.Fatalf("%s script: %v", dir, err)
 		}
 	}
-	if k := relkind(t, conn, ctx, table.Default); k != "p" {
+	if k := relkind(t, ctx, conn, table.Default); k != "p" {
 		t.Fatalf("script made relkind %q", k)
 	}
 }
@@ -226,13 +226,13 @@ func TestMigrateRefusesATableCreatedWithTheOtherLayout(t *testing.T) {
 			t.Errorf("%s: the refused migration moved the version to %d", c.name, v)
 		}
 	}
-	if relkind(t, conn, ctx, plain) != "r" || relkind(t, conn, ctx, part) != "p" {
+	if relkind(t, ctx, conn, plain) != "r" || relkind(t, ctx, conn, part) != "p" {
 		t.Fatal("a refused migration changed a table")
 	}
 }
 
 // pgError runs sql and returns the PostgreSQL error it raised, nil if none.
-func pgError(t *testing.T, conn *pgx.Conn, ctx context.Context, sql string) *pgconn.PgError {
+func pgError(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string) *pgconn.PgError {
 	t.Helper()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -275,7 +275,7 @@ func TestAProducersInsertIsRefusedAlikeOnBothLayouts(t *testing.T) {
 	}
 	// outcome is the SQLSTATE and the constraint name without the table's prefix.
 	outcome := func(n table.Name, c string, v string) string {
-		err := pgError(t, conn, ctx, `INSERT INTO `+n.Qualified()+` (`+c+`) VALUES (`+v+`)`)
+		err := pgError(t, ctx, conn, `INSERT INTO `+n.Qualified()+` (`+c+`) VALUES (`+v+`)`)
 		if err == nil {
 			return ""
 		}
@@ -300,8 +300,8 @@ func TestStatsViewAndRequeueWorkAcrossPartitions(t *testing.T) {
 	n := table.Default
 	conn, ctx, _ := partitioned(t, n)
 	today := time.Now().UTC().Truncate(24 * time.Hour)
-	addPartition(t, conn, ctx, n, today.AddDate(0, 0, -1), today)
-	addPartition(t, conn, ctx, n, today, today.AddDate(0, 0, 1))
+	addPartition(t, ctx, conn, n, today.AddDate(0, 0, -1), today)
+	addPartition(t, ctx, conn, n, today, today.AddDate(0, 0, 1))
 	// Rows of stream a in yesterday's partition, today's and the default one.
 	_, err := conn.Exec(ctx, `INSERT INTO outbox.messages (stream, topic, payload, status, last_error, published_at, created_at)
 		VALUES ('a', 't', 'x', 'failed', 'no', NULL, now() - interval '1 day'),
@@ -346,8 +346,8 @@ func TestTheNotifyTriggerFiresOncePerStreamForRowsSpreadOverPartitions(t *testin
 	n := table.Default
 	conn, ctx, dsn := partitioned(t, n)
 	today := time.Now().UTC().Truncate(24 * time.Hour)
-	addPartition(t, conn, ctx, n, today.AddDate(0, 0, -1), today)
-	addPartition(t, conn, ctx, n, today, today.AddDate(0, 0, 1))
+	addPartition(t, ctx, conn, n, today.AddDate(0, 0, -1), today)
+	addPartition(t, ctx, conn, n, today, today.AddDate(0, 0, 1))
 	if _, err := conn.Exec(ctx, `LISTEN "outbox.messages"`); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,15 @@
 //
 // The writing role needs USAGE on the schema, INSERT on the table and, for the single
 // writes that return the new id, SELECT on its id column. Nothing else: no sequence privilege.
+//
+// Compatibility: this package is public API for applications. With table, router's
+// driver interface and router/routertest it is all the module promises; every other
+// package is internal to outboxd. It follows the semantic versioning of the module
+// github.com/outboxd/outboxd: within a major version, its exported identifiers, their
+// documented behaviour and the rows they write (the columns and what their values mean)
+// do not change incompatibly, and additions come in minor releases. While the module is
+// at v0 an incompatible change may still come, but only in a minor release and listed
+// under "Changed" in CHANGELOG.md.
 package producer
 
 import (

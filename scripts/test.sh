@@ -3,7 +3,8 @@
 #   PostgreSQL ensured (scripts/ensure-postgres.sh; a throwaway server it starts is stopped
 #   on exit), with the server binaries the chaos suite's private servers need · gofmt -l over
 #   the repository's .go files (tracked, plus untracked ones not ignored) must print nothing ·
-#   go vet ./... · go test -race -count=1 -timeout 20m ./...
+#   go vet ./... · golangci-lint (scripts/lint.sh, .golangci.yml) · go test -race -count=1
+#   -timeout 20m ./...
 # Extra arguments go to go test; PKGS (default ./...) picks the packages:
 #   scripts/test.sh -run TestX -v        PKGS=./store/ scripts/test.sh -run TestClaim
 set -euo pipefail
@@ -75,6 +76,18 @@ fi
 
 echo "== go vet ./..." >&2
 go vet ./...
+
+# LINT_STRICT=1 makes a finding fail the check. It defaults to 0 only while issue 16's
+# restructuring is merged: the findings left are in files other changes are moving, and the
+# integrator sets the default to 1 once they are fixed. make lint always fails on a finding.
+echo "== golangci-lint" >&2
+lint_status=0
+bash scripts/lint.sh || lint_status=$?
+if (( lint_status == 1 )) && [[ ${LINT_STRICT:-0} != 1 ]]; then # 1: findings; other codes: lint itself failed
+	echo "test.sh: golangci-lint reported findings (above); not failing yet (LINT_STRICT=1 to fail)" >&2
+elif (( lint_status != 0 )); then
+	exit "$lint_status"
+fi
 
 read -r -a pkgs <<<"${PKGS:-./...}"
 echo "== go test -race -count=1 -timeout 20m ${pkgs[*]} $*" >&2

@@ -207,7 +207,7 @@ func TestEveryAcceptedTableNameRendersSQLThatRunsAsMeant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op once committed
+			defer tx.Rollback(context.Background()) // a no-op once committed
 			if _, err := w.Enqueue(ctx, tx, producer.Message{Stream: "s", Topic: "t", Headers: map[string]string{"h": "v"}, Payload: []byte("p")}); err != nil {
 				t.Fatalf("enqueue: %v", err)
 			}

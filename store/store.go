@@ -8,6 +8,9 @@
 //     changes nothing and is counted as refused.
 //   - Time is the database's clock: lease expiry, availability and publication times are
 //     computed with now() in SQL; only durations come from Go.
+//
+// Package store is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package store
 
 import (

@@ -5,6 +5,15 @@
 // change the meaning of a statement. Every identifier derived from the table (indexes,
 // constraints, functions, the view, the notification channel, the migrations table) is
 // computed here, in one place, so two outbox tables in one schema never collide.
+//
+// Compatibility: this package is public API for applications. With producer, router's
+// driver interface and router/routertest it is all the module promises; every other
+// package is internal to outboxd. It follows the semantic versioning of the module
+// github.com/outboxd/outboxd: within a major version, its exported identifiers, the names it
+// accepts and every identifier it derives from a table name (a deployed table keeps them)
+// do not change incompatibly, and additions come in minor releases. While the module is
+// at v0 an incompatible change may still come, but only in a minor release and listed
+// under "Changed" in CHANGELOG.md.
 package table
 
 import (

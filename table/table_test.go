@@ -66,7 +66,7 @@ func FuzzCheckIdent(f *testing.F) {
 			t.Fatalf("accepted %q, too long for derived names", s)
 		}
 		for _, r := range s {
-			if !(r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			if r != '_' && (r < 'a' || r > 'z') && (r < '0' || r > '9') {
 				t.Fatalf("accepted %q containing %q", s, r)
 			}
 		}

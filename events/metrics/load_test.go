@@ -125,13 +125,15 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.listener = dispatch.NewListener(connConfig, pg.Table, []dispatch.Waker{orders, audit, ledger, sequence}, d.bus, nil)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: connConfig, Table: pg.Table}}, []dispatch.Waker{orders, audit, ledger, sequence}, d.bus, nil)
 	d.metrics.ObserveListener(d.listener)
 	janitor := dispatch.NewJanitor(dispatch.JanitorConfig{Interval: 100 * time.Millisecond}, st, d.bus, nil)
-	sampler := dispatch.NewSampler([]string{"audit", "ledger", "orders", "sequence"}, 200*time.Millisecond, st, d.bus, nil)
-	blocked := dispatch.NewBlockedSampler([]string{"sequence"}, 200*time.Millisecond, st, d.bus, nil)
+	sampler := dispatch.NewSampler(dispatch.SamplerConfig{Interval: 200 * time.Millisecond, Probes: []dispatch.Probe{
+		dispatch.BacklogProbe([]string{"audit", "ledger", "orders", "sequence"}, st),
+		dispatch.BlockedProbe([]string{"sequence"}, st),
+	}}, d.bus, nil)
 	d.run = []func(context.Context) error{orders.Run, audit.Run, ledger.Run, sequence.Run, d.listener.Run, janitor.Run,
-		sampler.Run, blocked.Run}
+		sampler.Run}
 	return d
 }
 

@@ -10,6 +10,9 @@
 //
 // Handle runs inline in every Emit (a synchronous bus subscriber), so each stream's
 // series are resolved once, at construction, and handling an event allocates nothing.
+//
+// Package metrics is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package metrics
 
 import (

@@ -103,10 +103,10 @@ scrape_configs:
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
+		case <-exited: //nolint:errcheck // how it ended after our interrupt says nothing
 		case <-time.After(10 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // killed: the error only says so
 		}
 		if t.Failed() {
 			t.Logf("prometheus output:\n%s", p.logs.String())
@@ -116,7 +116,7 @@ scrape_configs:
 		select {
 		case err := <-exited:
 			exited <- err
-			return false, fmt.Errorf("prometheus exited: %v\n%s", err, p.logs.String())
+			return false, fmt.Errorf("prometheus exited: %v\n%s", err, p.logs.String()) //nolint:errorlint // err is nil after exit status 0
 		default:
 		}
 		resp, err := p.http.Get(p.base + "/-/ready")

@@ -41,8 +41,6 @@ type Dispatcher struct {
 	listener   *dispatch.Listener
 	janitor    *dispatch.Janitor
 	sampler    *dispatch.Sampler
-	unserved   *dispatch.UnservedSampler
-	blocked    *dispatch.BlockedSampler // nil when no stream is ordered
 	bus        *events.Bus
 	deadLetter *dispatch.DeadLetterForwarder
 	failures   *dispatch.FailureLog
@@ -186,18 +184,20 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	deadPeers(&listenConfig.Config, cfg.Database)
-	d.listener = dispatch.NewListener(listenConfig, n, wakers, d.bus, logger)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n}}, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {
-		jc.Partitions = dispatch.NewPartitions(d.store, j.Partitions.Interval, j.Partitions.Ahead, j.Retention, logger)
+		jc.Partitions = dispatch.NewPartitions(dispatch.PartitionsConfig{
+			Interval: j.Partitions.Interval, Ahead: j.Partitions.Ahead, Retention: j.Retention}, d.store, logger)
 	}
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
-	d.sampler = dispatch.NewSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
-	d.unserved = dispatch.NewUnservedSampler(d.router.Streams(), j.StatsInterval, d.store, d.bus, logger)
+	probes := []dispatch.Probe{dispatch.BacklogProbe(d.router.Streams(), d.store),
+		dispatch.UnservedProbe(d.router.Streams(), d.store, logger)}
 	if ordered := orderedStreams(cfg); len(ordered) > 0 {
-		d.blocked = dispatch.NewBlockedSampler(ordered, j.StatsInterval, d.store, d.bus, logger)
+		probes = append(probes, dispatch.BlockedProbe(ordered, d.store))
 	}
+	d.sampler = dispatch.NewSampler(dispatch.SamplerConfig{Interval: j.StatsInterval, Probes: probes}, d.bus, logger)
 
 	var dead []dispatch.DeadLetterRoute
 	for _, stream := range d.router.Streams() {
@@ -220,7 +220,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		}
 	}
 	// Synchronous, so that every failure is logged or counted in its stream's summary.
-	d.failures = dispatch.NewFailureLog(0, 0, logger)
+	d.failures = dispatch.NewFailureLog(dispatch.FailureLogConfig{}, logger)
 	d.bus.Subscribe("failure-log", d.failures.Handle, events.Filter(dispatch.IsMessageFailed))
 	if opt.Subscribe != nil {
 		opt.Subscribe(d.bus)
@@ -294,10 +294,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
 	var background sync.WaitGroup
-	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run, d.unserved.Run}
-	if d.blocked != nil {
-		loops = append(loops, d.blocked.Run)
-	}
+	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run}
 	for _, loop := range loops {
 		background.Add(1)
 		go func() {

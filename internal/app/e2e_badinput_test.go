@@ -267,7 +267,8 @@ func (w *world) startWatchedDispatcher(t *testing.T, replica string) (ev *eventL
 	}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(w.ctx)
-	unserved := dispatch.NewUnservedSampler(d.router.Streams(), 100*time.Millisecond, d.store, d.bus, logger)
+	unserved := dispatch.NewSampler(dispatch.SamplerConfig{Interval: 100 * time.Millisecond,
+		Probes: []dispatch.Probe{dispatch.UnservedProbe(d.router.Streams(), d.store, logger)}}, d.bus, logger)
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); _ = unserved.Run(ctx) }()
 	done := make(chan error, 1)

@@ -15,9 +15,9 @@ import (
 const flowLockClass = 0x6f627866
 
 const (
-	// flowStallMin is the shortest stall: longer than flowStallBound, so that a lock
+	// flowStallShortest is the shortest stall: longer than flowStallBound, so that a lock
 	// kept for the whole stall shows as latency past the bound.
-	flowStallMin = 15 * time.Second
+	flowStallShortest = 15 * time.Second
 	// flowStallBound is the longest a message committed during the stall may wait to
 	// be delivered. The server ends the silent holder's session store.FlowLockIdle (3 s)
 	// after the last statement it heard; the next insert of the stream notifies the
@@ -55,7 +55,7 @@ func flowingReplicaStalled() scenario {
 			s.pollInterval = flowStallPoll
 		},
 		fault: func(w *world) error {
-			stall := max(w.f.outage, flowStallMin)
+			stall := max(w.f.outage, flowStallShortest)
 			var err error
 			if stalled, streams, err = stallFlowHolder(w); err != nil {
 				return err

@@ -155,7 +155,7 @@ func outboxdBinary(t testing.TB) string {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			suite.binErr = fmt.Errorf("go build ./cmd/outboxd: %v\n%s", err, out)
+			suite.binErr = fmt.Errorf("go build ./cmd/outboxd: %w\n%s", err, out)
 			return
 		}
 		fmt.Fprintf(os.Stderr, "chaos: built outboxd in %s\n", time.Since(start).Round(time.Millisecond))

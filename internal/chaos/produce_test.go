@@ -4,6 +4,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -280,7 +281,7 @@ func (p *producers) transaction(ctx context.Context, streams, topics, keys []str
 		return
 	}
 	if rollback {
-		if err := tx.Rollback(tctx); err != nil && err != pgx.ErrTxClosed {
+		if err := tx.Rollback(tctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 			p.fail(err)
 		}
 		l.mu.Lock()

@@ -5,6 +5,9 @@
 // forwards them, holds them (Stall), slows them (Delay) or ends whole connections (Cut),
 // so whatever a client sees is something a real network or a stalled server could show
 // it.
+//
+// Package chaos is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package chaos
 
 import (

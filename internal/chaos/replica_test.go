@@ -3,7 +3,6 @@
 package chaos_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -142,7 +141,7 @@ func (r *replica) waitReady(ctx context.Context) error {
 	select {
 	case <-r.adminSet:
 	case <-r.exited:
-		return fmt.Errorf("replica %s exited before it listened: %v\n%s", r.id, r.exitErr, r.tail(15))
+		return fmt.Errorf("replica %s exited before it listened: %v\n%s", r.id, r.exitErr, r.tail(15)) //nolint:errorlint // exitErr is nil after a clean exit
 	case <-ctx.Done():
 		return fmt.Errorf("replica %s never logged its admin address: %w\n%s", r.id, ctx.Err(), r.tail(15))
 	}
@@ -153,9 +152,9 @@ func (r *replica) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-r.exited:
-			return fmt.Errorf("replica %s exited before it was ready: %v\n%s", r.id, r.exitErr, r.tail(15))
+			return fmt.Errorf("replica %s exited before it was ready: %v\n%s", r.id, r.exitErr, r.tail(15)) //nolint:errorlint // exitErr is nil after a clean exit
 		case <-ctx.Done():
-			return fmt.Errorf("replica %s not ready (last: %d %v): %w\n%s", r.id, code, err, ctx.Err(), r.tail(15))
+			return fmt.Errorf("replica %s not ready (last: %d %v): %w\n%s", r.id, code, err, ctx.Err(), r.tail(15)) //nolint:errorlint // err is nil when the last answer was a status
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -282,7 +281,7 @@ func (r *replica) unexpectedExit() error {
 	if ending {
 		return nil
 	}
-	return fmt.Errorf("replica %s exited on its own (%v); its log ends:\n%s", r.id, err, r.tail(20))
+	return fmt.Errorf("replica %s exited on its own (%v); its log ends:\n%s", r.id, err, r.tail(20)) //nolint:errorlint // err is nil after exit status 0
 }
 
 // rss reads the process's resident set size from /proc, in bytes.
@@ -314,24 +313,6 @@ func (r *replica) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return "  " + strings.Join(lines, "\n  ")
-}
-
-// countLog counts the log lines holding s.
-func (r *replica) countLog(s string) int {
-	f, err := os.Open(r.log)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), s) {
-			n++
-		}
-	}
-	return n
 }
 
 // logSink writes a process's output to a file and hands each complete line to line.

@@ -4,6 +4,9 @@
 //
 // Invariant: a test that cannot reach a service it needs fails with instructions; it
 // never skips.
+//
+// Package testenv is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package testenv
 
 import (

@@ -58,7 +58,7 @@ func StartPrivatePostgres(ctx context.Context) (*PrivatePostgres, error) {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return nil, fmt.Errorf("%w: running as root needs the postgres OS user to run initdb (install the postgresql package, or run scripts/ensure-postgres.sh once): %v", ErrNoPrivatePostgres, err)
+			return nil, fmt.Errorf("%w: running as root needs the postgres OS user to run initdb (install the postgresql package, or run scripts/ensure-postgres.sh once): %w", ErrNoPrivatePostgres, err)
 		}
 		p.uid, _ = strconv.Atoi(u.Uid)
 		p.gid, _ = strconv.Atoi(u.Gid)
@@ -69,11 +69,11 @@ func StartPrivatePostgres(ctx context.Context) (*PrivatePostgres, error) {
 		parent = "/var/tmp"
 	}
 	if parent, err = filepath.EvalSymlinks(parent); err != nil {
-		return nil, fmt.Errorf("%w: OUTBOXD_PG_TMPDIR: %v", ErrNoPrivatePostgres, err)
+		return nil, fmt.Errorf("%w: OUTBOXD_PG_TMPDIR: %w", ErrNoPrivatePostgres, err)
 	}
 	reapPrivate(parent, bindir)
 	if p.base, err = os.MkdirTemp(parent, privatePrefix); err != nil {
-		return nil, fmt.Errorf("%w: cannot create a directory under %s (set OUTBOXD_PG_TMPDIR): %v", ErrNoPrivatePostgres, parent, err)
+		return nil, fmt.Errorf("%w: cannot create a directory under %s (set OUTBOXD_PG_TMPDIR): %w", ErrNoPrivatePostgres, parent, err)
 	}
 	p.data = filepath.Join(p.base, "data")
 	fail := func(err error) (*PrivatePostgres, error) {
@@ -93,7 +93,7 @@ func StartPrivatePostgres(ctx context.Context) (*PrivatePostgres, error) {
 	}
 	if out, err := p.run(ctx, "initdb", "--no-sync", "--no-instructions", "-A", "trust", "-U", "postgres",
 		"-E", "UTF8", "--locale=C", "-D", p.data); err != nil {
-		return fail(fmt.Errorf("private PostgreSQL: initdb: %v: %s", err, out))
+		return fail(fmt.Errorf("private PostgreSQL: initdb: %w: %s", err, out))
 	}
 	conf := fmt.Sprintf(`
 # A private server of outboxd's tests (internal/testenv/private.go); the port is given to pg_ctl.
@@ -231,7 +231,7 @@ func (p *PrivatePostgres) Start(ctx context.Context) error {
 	logFile := filepath.Join(p.base, "server.log")
 	if out, err := p.run(ctx, "pg_ctl", "-D", p.data, "-l", logFile, "-o", "-p "+strconv.Itoa(p.port),
 		"-w", "-t", "60", "start"); err != nil {
-		return fmt.Errorf("private PostgreSQL on port %d: pg_ctl start: %v: %s\n%s", p.port, err, out, p.LogTail(10))
+		return fmt.Errorf("private PostgreSQL on port %d: pg_ctl start: %w: %s\n%s", p.port, err, out, p.LogTail(10))
 	}
 	// pg_ctl may report success for a server that is not ours: check who answers.
 	deadline := time.Now().Add(30 * time.Second)
@@ -276,7 +276,7 @@ const (
 // Stop stops the server and waits until it is gone.
 func (p *PrivatePostgres) Stop(ctx context.Context, mode ShutdownMode) error {
 	if out, err := p.run(ctx, "pg_ctl", "-D", p.data, "-m", string(mode), "-w", "-t", "60", "stop"); err != nil {
-		return fmt.Errorf("private PostgreSQL on port %d: pg_ctl stop -m %s: %v: %s", p.port, mode, err, out)
+		return fmt.Errorf("private PostgreSQL on port %d: pg_ctl stop -m %s: %w: %s", p.port, mode, err, out)
 	}
 	return nil
 }

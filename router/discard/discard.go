@@ -10,6 +10,9 @@
 // It is not run through routertest: that suite reads messages back from a broker, and
 // a discard driver has no consumer side. Its own tests cover counting, per-message
 // results, cancellation and close.
+//
+// Package discard is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package discard
 
 import (

@@ -18,6 +18,9 @@
 // goroutine hand-off per acknowledgement; docs/benchmarks.md); its decisions are kept:
 // the same errors, the same two retries of a "no responders" answer, a publish timeout
 // per message, and every message awaiting its PubAck failed when the connection is lost.
+//
+// Package jetstream is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package jetstream
 
 import (

@@ -8,6 +8,9 @@
 // the rest of its batch is written. Messages with the same key always go to the same
 // partition (murmur2, as the Java client does), so messages of a key arrive in order,
 // except that one which failed and is published again arrives after its successors.
+//
+// Package kafka is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package kafka
 
 import (

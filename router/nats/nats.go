@@ -7,6 +7,9 @@
 // stores nothing, so a message nobody subscribed to at that moment is gone, and nothing
 // says a subscriber got it. Streams that need the message kept belong on the jetstream
 // driver.
+//
+// Package nats is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package nats
 
 import (

@@ -8,6 +8,9 @@
 // it. Only settings that can never work (a malformed URL, an unreadable creds, CA,
 // certificate or key file) make Connect fail, and its error names the driver and the
 // setting.
+//
+// Package natsconn is internal to outboxd, with no compatibility promise: its exported
+// names serve outboxd's own packages and may change in any release.
 package natsconn
 
 import (
