@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/store"
@@ -228,9 +227,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	if !b.opt.json {
 		logger = newLogger(config.Log{Level: "warn", Format: "text"}, b.e.stderr)
 	}
-	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
-		return &confirmingPublisher{next: p, conf: conf}
-	}})
+	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{middleware: []router.Middleware{conf.middleware}})
 	if err != nil {
 		return fmt.Errorf("bench: latency %s: %w", driverType, err)
 	}
@@ -432,26 +429,16 @@ func (c *confirmLog) all(ctx context.Context, ids []int64, timeout time.Duration
 	}
 }
 
-// confirmingPublisher notes when the driver confirmed each message: when its Publish
-// returned nil for it.
-type confirmingPublisher struct {
-	next dispatch.Publisher
-	conf *confirmLog
-}
-
-func (c *confirmingPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
-	errs := c.next.Publish(ctx, msgs)
-	c.conf.record(msgs, errs, time.Now())
-	return errs
-}
-
-// PublishOrdered is Publish for ordered streams (dispatch.OrderedPublisher).
-func (c *confirmingPublisher) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
-	ordered, ok := c.next.(dispatch.OrderedPublisher)
-	if !ok {
-		return c.Publish(ctx, msgs)
+// middleware notes when the driver confirmed each message: when its publish returned
+// nil for it (a router middleware, under the ordered chunking of ordered streams).
+// Dead letters are not the bench's messages.
+func (c *confirmLog) middleware(to router.Destination, next router.Sender) router.Sender {
+	if to.DeadLetter {
+		return next
 	}
-	errs := ordered.PublishOrdered(ctx, msgs)
-	c.conf.record(msgs, errs, time.Now())
-	return errs
+	return func(ctx context.Context, msgs []router.Message) []error {
+		errs := next(ctx, msgs)
+		c.record(msgs, errs, time.Now())
+		return errs
+	}
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
 	jsdriver "github.com/outboxd/outboxd/router/jetstream"
@@ -138,9 +137,13 @@ func demoCmd(ctx context.Context, e env) error {
 	}
 
 	run := newDemoRun(*messages)
-	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{migrate: true, wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
-		return &timedPublisher{next: p, run: run, loseEvery: *loseEvery}
-	}})
+	timer := func(to router.Destination, next router.Sender) router.Sender {
+		if to.DeadLetter {
+			return next
+		}
+		return (&timedPublisher{next: next, run: run, loseEvery: *loseEvery}).Publish
+	}
+	d, err := newDispatcher(ctx, &cfg, logger, dispatcherOptions{migrate: true, middleware: []router.Middleware{timer}})
 	if err != nil {
 		return err
 	}
@@ -467,7 +470,7 @@ func backlogSettled(ctx context.Context, d *dispatcher, stream string) (bool, er
 // most once: the broker stored the messages, the dispatcher is told the publish failed
 // and publishes them again.
 type timedPublisher struct {
-	next      dispatch.Publisher
+	next      router.Sender
 	run       *demoRun
 	loseEvery int
 	batches   int    // published so far; Publish runs on the stream's workers
@@ -478,7 +481,7 @@ type timedPublisher struct {
 var errAnswerLost = errors.New("demo: the broker's answer was lost on purpose (--lose-answer-every)")
 
 func (t *timedPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
-	errs := t.next.Publish(ctx, msgs)
+	errs := t.next(ctx, msgs)
 	now := time.Since(t.run.epoch)
 	t.run.mu.Lock()
 	t.batches++

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/tracing"
@@ -47,9 +46,11 @@ func runCmd(ctx context.Context, e env) error {
 	}()
 	opt := dispatcherOptions{migrate: *migrate}
 	if cfg.Tracing.Enabled { // off: publishers are not wrapped at all
-		opt.wrap = func(stream string, p dispatch.Publisher) dispatch.Publisher {
-			return tracing.Wrap(p, tp, cfg.Drivers[cfg.Streams[stream].Driver].Type)
+		systems := map[string]string{}
+		for name, d := range cfg.Drivers {
+			systems[name] = d.Type
 		}
+		opt.middleware = append(opt.middleware, tracing.Middleware(tp, systems))
 	}
 	reg, m := newMetrics(cfg)
 	var adm adminServer
