@@ -14,7 +14,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/events/metrics"
-	"github.com/outboxd/outboxd/tracing"
+	"github.com/outboxd/outboxd/events/tracing"
 )
 
 func runCmd(ctx context.Context, e env) error {

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
 )
 
 // A producer's trace context: trace 0af7…0e47, span b7ad…, sampled.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
 )
 
 // export is one request a fake collector received.

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
 )
 
 // discard confirms every message without allocating: whatever a benchmark counts is

@@ -26,7 +26,9 @@ const (
 	AttrWaitMS = attribute.Key("outboxd.wait_ms")
 )
 
-// ScopeName names the instrumentation scope of outboxd's spans.
+// ScopeName names the instrumentation scope of outboxd's spans. It keeps the package's
+// first import path: queries and dashboards that select outboxd's spans by scope must
+// not break because the package moved.
 const ScopeName = "github.com/outboxd/outboxd/tracing"
 
 var errNoResult = errors.New("publisher returned no result for this message")
