@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
 )
 
 // The documents deploy/ points operators to must not drift from what they describe: the

@@ -330,7 +330,7 @@ func TestTheBuildContextKeepsEverythingTheBuildNeeds(t *testing.T) {
 		}
 	}
 	needed := []string{"go.mod", "go.sum", "cmd/outboxd/main.go", "migrations/0001_outbox.up.sql",
-		"migrations/partitioned/0001_outbox.up.sql", "store/store.go", "router/router.go", "tracing/tracing.go"}
+		"migrations/partitioned/0001_outbox.up.sql", "store/store.go", "router/router.go", "events/tracing/tracing.go"}
 	for _, f := range needed {
 		if _, err := os.Stat(filepath.Join(repoRoot, f)); err != nil {
 			t.Errorf("%s: %v (update this list)", f, err)

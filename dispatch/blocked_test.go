@@ -116,7 +116,7 @@ func TestAFailedHeadBlocksOnlyItsKeyTheSamplerShowsItAndASkipReleasesTheRestInOr
 	others := append(f.insertKeyed(t, "orders", "orders.created", "free-1", 5), f.insertKeyed(t, "orders", "orders.created", "free-2", 5)...)
 
 	drv := &poisonDriver{}
-	rt, err := router.New(router.Route{Stream: "orders", DriverName: "poison", Driver: drv})
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "poison", Driver: drv}})
 	must(t, err)
 	pub, err := rt.Publisher("orders")
 	must(t, err)

@@ -26,7 +26,9 @@ const (
 )
 
 // DeadLetterRoute sends the failed messages of Stream to Topic (the full destination:
-// no stream prefix is applied) through Publisher.
+// no stream prefix is applied) through Publisher: the router's dead-letter publisher of
+// the stream (router.Router.DeadLetter), so that a dead letter leaves as every message
+// does, through the router's middlewares and its one-result-per-message guard.
 type DeadLetterRoute struct {
 	Stream    string
 	Topic     string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,7 +109,7 @@ func TestAPermanentRefusalReportsMessageFailedWithTheRowAndTheStoredError(t *tes
 		return nil
 	})
 	rec := newRecorder()
-	run(t, pipeline(t, f, dispatch.PipelineConfig{BatchSize: 10, TopicPrefix: "shop."}, pub, rec))
+	run(t, pipeline(t, f, dispatch.PipelineConfig{BatchSize: 10}, pub, rec))
 	it := dlAwaitIteration(t, rec)
 	if it.Claimed != 10 || it.Failed != 1 || it.Published != 9 {
 		t.Fatalf("iteration: %+v", it)
@@ -394,6 +395,11 @@ func dlNATSClient(t *testing.T, url string) *natsclient.Conn {
 	return nc
 }
 
+// dlDriver is a fake publisher as a router's driver.
+type dlDriver struct{ *fakePublisher }
+
+func (dlDriver) Close() error { return nil }
+
 // dlPoison refuses rows on topic "poison" for good and confirms the rest.
 func dlPoison(ctx context.Context, m router.Message) error {
 	if strings.HasSuffix(m.Topic, "poison") {
@@ -413,8 +419,16 @@ func TestAPermanentlyFailedMessageIsDeadLetteredWithItsHeadersAndTheRowStaysFail
 
 	bad := dlInsert(t, f, "orders", "poison", "order-42", map[string]string{"content-type": "application/json"}, []byte(`{"order":42}`))
 	f.insert(t, "orders", 5)
-	w := dlWire(t, dispatch.DeadLetterRoute{Stream: "orders", Topic: "dlq.orders", Publisher: dlNATSDriver(t, srv.URL())}, 16)
-	run(t, pipeline(t, f, dispatch.PipelineConfig{TopicPrefix: "shop."}, newFakePublisher(dlPoison), w.bus))
+	// The stream's prefix is the router's: the dead letter names the row's own topic.
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "fake", Driver: dlDriver{newFakePublisher(dlPoison)}, TopicPrefix: "shop.",
+		DeadLetter: router.DeadLetter{DriverName: "dlq", Driver: dlNATSDriver(t, srv.URL())}}})
+	must(t, err)
+	pub, err := rt.Publisher("orders")
+	must(t, err)
+	dead, err := rt.DeadLetter("orders")
+	must(t, err)
+	w := dlWire(t, dispatch.DeadLetterRoute{Stream: "orders", Topic: "dlq.orders", Publisher: dead}, 16)
+	run(t, pipeline(t, f, dispatch.PipelineConfig{}, pub, w.bus))
 
 	dlAwaitForwarded(t, w.rec, 30*time.Second, []int64{bad})
 	msg, err := sub.NextMsg(10 * time.Second)
@@ -578,5 +592,39 @@ func TestABlockedSubscriberOnTheBusNeitherSlowsThePipelineNorLosesCountOfItsDrop
 	}
 	if d := w.bus.Dropped("deadletter"); d != 0 {
 		t.Fatalf("the forwarder's queue dropped %d", d)
+	}
+}
+
+func TestADeadLetterLeavesThroughTheRoutersMiddlewaresWithoutTheStreamPrefix(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []string // what the middleware saw: destination and topic
+	note := func(to router.Destination, next router.Sender) router.Sender {
+		return func(ctx context.Context, msgs []router.Message) []error {
+			mu.Lock()
+			for _, m := range msgs {
+				seen = append(seen, fmt.Sprintf("%s/%s/dead-letter=%t %s", to.Stream, to.Driver, to.DeadLetter, m.Topic))
+			}
+			mu.Unlock()
+			return next(ctx, msgs)
+		}
+	}
+	dlq := dlDriver{newFakePublisher(nil)}
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "events", Driver: dlDriver{newFakePublisher(nil)}, TopicPrefix: "shop.",
+		DeadLetter: router.DeadLetter{DriverName: "dlq", Driver: dlq}}}, router.WithMiddleware(note))
+	must(t, err)
+	dead, err := rt.DeadLetter("orders")
+	must(t, err)
+	rec := newRecorder()
+	f := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: dead}}, rec, nil, dispatch.DeadLetterOptions{})
+	defer f.Close()
+	f.Handle(dlFailedEvent("orders", 7))
+	if dlCount(rec, events.DeadLetterForwardedOK) != 1 || dlq.confirmed[7] != 1 {
+		t.Fatalf("the dead letter was not forwarded: events %+v", rec.events)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "orders/dlq/dead-letter=true dlq.orders" {
+		t.Fatalf("the middleware saw %q, want the dead letter once, bound for dlq.orders", seen)
 	}
 }

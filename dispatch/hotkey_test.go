@@ -20,7 +20,7 @@ func TestAnOrderedHotKeyDrainsWithoutWaitingForPolls(t *testing.T) {
 	ids := f.insertKeyed(t, "orders", "events", "hot", 2000)
 	d, err := discard.New("d", config.Driver{Type: config.TypeDiscard}, nil)
 	must(t, err)
-	rt, err := router.New(router.Route{Stream: "orders", DriverName: "d", Driver: d})
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "d", Driver: d}})
 	must(t, err)
 	pub, err := rt.Publisher("orders")
 	must(t, err)

@@ -59,7 +59,7 @@ func TestAPermanentlyFailingHeadHoldsItsKeyUntilSkippedWhileOtherKeysFlow(t *tes
 	}
 	stuck := byKey["k3"]
 	d := &headRefusingDriver{poison: map[int64]bool{stuck[0]: true}}
-	rt, err := router.New(router.Route{Stream: "orders", DriverName: "d", Driver: d})
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "d", Driver: d}})
 	must(t, err)
 	pub, err := rt.Publisher("orders")
 	must(t, err)

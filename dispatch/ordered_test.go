@@ -160,9 +160,9 @@ func TestOrderedStreamDeliversEveryKeyInOrderThroughCrashesOutagesAndExpiredLeas
 	inner, err := kafkadriver.New("k", config.Driver{Type: "kafka", Brokers: []string{k.Addr()}}, nil)
 	must(t, err)
 	drv := &faultyDriver{inner: inner, rng: rand.New(rand.NewPCG(7, 7)), cutOne: 15}
-	rt, err := router.New(router.Route{Stream: "orders", DriverName: "k", Driver: drv})
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "k", Driver: drv}})
 	must(t, err)
-	t.Cleanup(func() { _ = rt.Close() })
+	t.Cleanup(func() { _ = drv.Close() })
 	pub, err := rt.Publisher("orders")
 	must(t, err)
 

@@ -33,7 +33,7 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	msgs := make([]router.Message, len(claim.Messages))
 	for i, m := range claim.Messages {
 		msgs[i] = router.Message{
-			ID: m.ID, Stream: m.Stream, Topic: p.cfg.TopicPrefix + m.Topic, Key: m.Key,
+			ID: m.ID, Stream: m.Stream, Topic: m.Topic, Key: m.Key,
 			Headers: m.Headers, Payload: m.Payload, MessageID: m.MessageID, RowDedupID: m.DedupID,
 			Attempts: m.Attempts, CreatedAt: m.CreatedAt,
 		}

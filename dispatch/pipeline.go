@@ -39,14 +39,16 @@ type Store interface {
 	TryFlow(ctx context.Context, stream string) (*store.Lock, error)
 }
 
-// Publisher is what a pipeline needs from the router: one error per message, in order.
+// Publisher is what a pipeline needs from the router (router.Publisher): one error per
+// message, in order. A pipeline hands each row's own topic; the router turns it into
+// the destination (the stream's topic prefix) and applies its middlewares (tracing).
 type Publisher interface {
 	Publish(ctx context.Context, msgs []router.Message) []error
 }
 
 // OrderedPublisher is what the pipeline of an ordered stream needs besides: a publish
 // that never sends a message after an earlier one of its key failed
-// (router.Publisher.PublishOrdered).
+// (router.Publisher.PublishOrdered, whose middlewares sit under its chunking).
 type OrderedPublisher interface {
 	Publisher
 	PublishOrdered(ctx context.Context, msgs []router.Message) []error
@@ -66,8 +68,7 @@ var (
 // PipelineConfig tunes one stream's pipeline; zero values take the defaults noted.
 type PipelineConfig struct {
 	Stream         string
-	Owner          string // replica id recorded on every lease
-	TopicPrefix    string
+	Owner          string        // replica id recorded on every lease
 	BatchSize      int           // rows per claim (100)
 	Concurrency    int           // batches publishing at once (2)
 	PollInterval   time.Duration // wait when idle and not woken (1s)

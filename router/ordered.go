@@ -33,10 +33,11 @@ func KeyOrdered(ctx context.Context) bool { return ctx.Value(keyOrderKey{}) != n
 
 // PublishOrdered publishes msgs, which must be in id order, so that no message is sent
 // after an earlier message of its key failed: that one is answered with its error and
-// every later message of the key is held back (KindHeldBack) without being sent.
+// every later message of the key is held back (KindHeldBack) without being sent. As
+// Publish, it applies the route's prefix and leaves msgs unmodified.
 // Messages without a key are not ordered. Known refusals (Checker) are found before
 // anything is sent; the rest go in as few driver calls as the size bounds allow, each
-// call publishing its messages in order, and a key that fails in one call is held
+// call publishing its messages in order through the middlewares, and a key that fails in one call is held
 // back in the next. Within one call the broker's own order applies: a key's messages
 // go in order on one connection (NATS, JetStream) or in one request per partition
 // (Kafka). That order holds per destination only, so a key's messages in one call all
@@ -47,9 +48,10 @@ func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error 
 	if len(msgs) == 0 {
 		return errs
 	}
+	msgs = p.destined(msgs)
 	ctx = context.WithValue(ctx, keyOrderKey{}, true)
 	stopped := map[string]int64{} // key → id of its message that did not go through
-	checker, _ := p.route.Driver.(Checker)
+	checker := p.checker
 	holdBack := func(i int) bool {
 		if msgs[i].Key == nil {
 			return false
@@ -80,7 +82,7 @@ func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error 
 		for _, i := range chunk {
 			batch = append(batch, msgs[i])
 		}
-		res := p.Publish(ctx, batch)
+		res := p.send(ctx, batch)
 		for j, i := range chunk {
 			errs[i] = res[j]
 			if res[j] != nil {

@@ -55,7 +55,7 @@ func TestPublishOrderedNeverSendsAMessageAfterItsKeyStopped(t *testing.T) {
 		{ID: 8, Topic: "t"},
 	}
 	d := &checkingDriver{refuse: map[int64]bool{4: true}}
-	rt, err := router.New(router.Route{Stream: "s", DriverName: "d", Driver: d})
+	rt, err := router.New([]router.Route{{Stream: "s", DriverName: "d", Driver: d}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,13 @@
 // server). A non-nil error is classified so the dispatcher knows what it cost: a
 // permanent error will never succeed, a retryable one may succeed later and spends an
 // attempt, and an unreachable broker never saw the message and costs no attempt.
-// The router never touches the database.
+// A message leaves outboxd only through a Publisher: the route's topic prefix applied,
+// then the middlewares, then the driver, whose answer is held to that contract. The
+// router never touches the database.
 package router
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -34,9 +35,12 @@ const (
 
 // Message is one outbox message on its way to a broker.
 type Message struct {
-	ID        int64             // outbox row id, sent as the Outbox-Id header
-	Stream    string            // the outbox stream, sent as the Outbox-Stream header
-	Topic     string            // the destination: Kafka topic or NATS subject, prefix applied
+	ID     int64  // outbox row id, sent as the Outbox-Id header
+	Stream string // the outbox stream, sent as the Outbox-Stream header
+	// Topic is the row's topic as the caller hands it to a Publisher, which prepends the
+	// stream's prefix: what middlewares and drivers see is the destination (Kafka
+	// topic, NATS subject).
+	Topic     string
 	Key       []byte            // Kafka partition key; nil for none
 	Headers   map[string]string // the producer's headers, passed through
 	Payload   []byte
@@ -76,99 +80,155 @@ type Driver interface {
 	Close() error
 }
 
-// Route binds a stream to a driver and a topic prefix.
+// Route binds a stream to a driver and a topic prefix, and optionally to where its
+// dead letters go.
 type Route struct {
 	Stream      string
 	DriverName  string
 	Driver      Driver
-	TopicPrefix string
+	TopicPrefix string // prepended to every row's topic of the stream
+	// DeadLetter carries the stream's messages that failed for good; a nil Driver
+	// means the stream has none.
+	DeadLetter DeadLetter
 }
 
-// Router maps streams to their routes.
+// DeadLetter is the driver a stream's dead letters go out through. Their topic is the
+// full destination: no stream prefix is applied to it.
+type DeadLetter struct {
+	DriverName string
+	Driver     Driver
+}
+
+// Router maps streams to their publishers.
 type Router struct {
-	routes  map[string]Route
-	drivers map[string]Driver
+	pubs map[string]*Publisher // by stream
+	dead map[string]*Publisher // by stream: its dead letters' publisher
+}
+
+// Option adjusts a router built by New.
+type Option func(*settings)
+
+type settings struct {
+	middleware []Middleware
 }
 
 // New builds a router. Every route needs a driver; a stream may appear once.
-func New(routes ...Route) (*Router, error) {
-	r := &Router{routes: make(map[string]Route, len(routes)), drivers: map[string]Driver{}}
+func New(routes []Route, opts ...Option) (*Router, error) {
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
+	r := &Router{pubs: make(map[string]*Publisher, len(routes)), dead: map[string]*Publisher{}}
 	for _, rt := range routes {
 		if rt.Driver == nil {
 			return nil, fmt.Errorf("router: stream %q: no driver", rt.Stream)
 		}
-		if _, dup := r.routes[rt.Stream]; dup {
+		if _, dup := r.pubs[rt.Stream]; dup {
 			return nil, fmt.Errorf("router: stream %q routed twice", rt.Stream)
 		}
-		r.routes[rt.Stream] = rt
-		r.drivers[rt.DriverName] = rt.Driver
+		r.pubs[rt.Stream] = newPublisher(Destination{Stream: rt.Stream, Driver: rt.DriverName}, rt.TopicPrefix, rt.Driver, set.middleware)
+		if dl := rt.DeadLetter; dl.Driver != nil {
+			to := Destination{Stream: rt.Stream, Driver: dl.DriverName, DeadLetter: true}
+			r.dead[rt.Stream] = newPublisher(to, "", dl.Driver, set.middleware)
+		}
 	}
 	return r, nil
 }
 
 // Streams lists the routed streams, sorted.
 func (r *Router) Streams() []string {
-	out := make([]string, 0, len(r.routes))
-	for s := range r.routes {
+	out := make([]string, 0, len(r.pubs))
+	for s := range r.pubs {
 		out = append(out, s)
 	}
 	sort.Strings(out)
 	return out
 }
 
-// Route returns the route of stream.
-func (r *Router) Route(stream string) (Route, bool) {
-	rt, ok := r.routes[stream]
-	return rt, ok
-}
-
 // Publisher returns the publisher of one stream.
 func (r *Router) Publisher(stream string) (*Publisher, error) {
-	rt, ok := r.routes[stream]
+	p, ok := r.pubs[stream]
 	if !ok {
 		return nil, fmt.Errorf("router: stream %q has no route", stream)
 	}
-	return &Publisher{route: rt}, nil
+	return p, nil
 }
 
-// Close closes every driver once.
-func (r *Router) Close() error {
-	var errs []error
-	for name, d := range r.drivers {
-		if err := d.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close driver %s: %w", name, err))
+// DeadLetter returns the publisher of one stream's dead letters.
+func (r *Router) DeadLetter(stream string) (*Publisher, error) {
+	p, ok := r.dead[stream]
+	if !ok {
+		return nil, fmt.Errorf("router: stream %q has no dead-letter route", stream)
+	}
+	return p, nil
+}
+
+// Publisher publishes the messages of one destination: a stream's, or its dead
+// letters.
+type Publisher struct {
+	prefix  string
+	send    Sender  // the middlewares over the guarded driver
+	checker Checker // the driver's, if it is one (PublishOrdered)
+}
+
+func newPublisher(to Destination, prefix string, d Driver, mw []Middleware) *Publisher {
+	p := &Publisher{prefix: prefix}
+	p.checker, _ = d.(Checker)
+	send := guard(to.Driver, d.Publish)
+	decorated := false
+	for i := len(mw) - 1; i >= 0; i-- {
+		if mw[i] == nil {
+			continue
+		}
+		if wrapped := mw[i](to, send); wrapped != nil {
+			send, decorated = wrapped, true
 		}
 	}
-	return errors.Join(errs...)
+	if decorated { // a middleware is held to the driver's contract too
+		send = guard(to.Driver, send)
+	}
+	p.send = send
+	return p
 }
 
-// Publisher publishes one stream's messages through its route.
-type Publisher struct {
-	route Route
+// guard answers every message with a retryable error when send breaks the
+// one-error-per-message contract, rather than panicking or acknowledging silently.
+func guard(driver string, send Sender) Sender {
+	return func(ctx context.Context, msgs []Message) []error {
+		errs := send(ctx, msgs)
+		if len(errs) != len(msgs) {
+			bad := Retryable(fmt.Errorf("driver %s returned %d results for %d messages", driver, len(errs), len(msgs)))
+			errs = make([]error, len(msgs))
+			for i := range errs {
+				errs[i] = bad
+			}
+		}
+		return errs
+	}
 }
 
-// Route is the publisher's route.
-func (p *Publisher) Route() Route { return p.route }
-
-// Topic is the destination of a row's topic on this stream.
-func (p *Publisher) Topic(rowTopic string) string { return p.route.TopicPrefix + rowTopic }
-
-// Publish sends msgs, whose Topic must already be the destination (see Topic), and
-// returns one error per message. A driver that breaks the one-error-per-message
-// contract gets every message a retryable error rather than a panic or a silent ack.
+// Publish sends msgs, whose Topic is the row's topic (the route's prefix is applied
+// here), through the middlewares to the driver and returns one error per message.
+// msgs is not modified.
 func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	errs := p.route.Driver.Publish(ctx, msgs)
-	if len(errs) != len(msgs) {
-		bad := Retryable(fmt.Errorf("driver %s returned %d results for %d messages", p.route.DriverName, len(errs), len(msgs)))
-		errs = make([]error, len(msgs))
-		for i := range errs {
-			errs[i] = bad
-		}
+	return p.send(ctx, p.destined(msgs))
+}
+
+// destined is msgs bound for their destination: a copy with the prefix prepended to
+// each topic, or msgs itself when the route has no prefix.
+func (p *Publisher) destined(msgs []Message) []Message {
+	if p.prefix == "" {
+		return msgs
 	}
-	return errs
+	out := make([]Message, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i]
+		out[i].Topic = p.prefix + msgs[i].Topic
+	}
+	return out
 }
 
 type duplicatesKey struct{}
@@ -177,8 +237,8 @@ type duplicatesKey struct{}
 // Publish call under ctx that the broker confirmed as a duplicate of a message it
 // already held (a JetStream PubAck with "duplicate"), so that the caller can count them
 // per stream. It travels in the context because the confirmation is a success (a nil
-// error) and wrappers between the caller and the driver (tracing, PublishOrdered's
-// chunks) pass the context through unchanged.
+// error) and what lies between the caller and the driver (middlewares, PublishOrdered's
+// chunks) passes the context through unchanged.
 func WithDuplicates(ctx context.Context, n *atomic.Int64) context.Context {
 	return context.WithValue(ctx, duplicatesKey{}, n)
 }

@@ -150,9 +150,6 @@ func WithAckByDelete() Option {
 // Table is the outbox table this store works on.
 func (s *Store) Table() table.Name { return s.table }
 
-// Pool is the connection pool the store uses.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // Claim leases up to limit available pending rows of stream to owner for ttl, oldest
 // availability first. An empty claim is not an error. A claim that fails once its
 // statement was sent (its context ended, the connection broke) returns the token it

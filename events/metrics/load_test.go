@@ -70,16 +70,16 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := router.New(
-		router.Route{Stream: "orders", DriverName: "events", Driver: online},
-		router.Route{Stream: "audit", DriverName: "events", Driver: online},
-		router.Route{Stream: "ledger", DriverName: "offline", Driver: offline},
-		router.Route{Stream: "sequence", DriverName: "events", Driver: online},
-	)
+	r, err := router.New([]router.Route{
+		{Stream: "orders", DriverName: "events", Driver: online},
+		{Stream: "audit", DriverName: "events", Driver: online},
+		{Stream: "ledger", DriverName: "offline", Driver: offline},
+		{Stream: "sequence", DriverName: "events", Driver: online},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close() })
+	t.Cleanup(func() { _, _ = online.Close(), offline.Close() })
 	publisher := func(stream string) *router.Publisher {
 		p, err := r.Publisher(stream)
 		if err != nil {

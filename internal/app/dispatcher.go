@@ -56,9 +56,9 @@ type Options struct {
 	// Subscribe, when set, adds subscribers to the bus before anything emits (metrics,
 	// the admin API's breaker board, tests).
 	Subscribe func(bus *events.Bus)
-	// Wrap, when set, wraps each stream's publisher (tracing; the demo times
-	// confirmations).
-	Wrap func(stream string, p dispatch.Publisher) dispatch.Publisher
+	// Middleware decorates every publisher of the router, dead-letter ones included
+	// (tracing; the bench and the demo note confirmations).
+	Middleware []router.Middleware
 }
 
 // Store is the store of the dispatcher's general pool (janitor, samplers, admin API).
@@ -151,9 +151,13 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	var routes []router.Route
 	for _, stream := range sortedKeys(cfg.Streams) {
 		s := cfg.Streams[stream]
-		routes = append(routes, router.Route{Stream: stream, DriverName: s.Driver, Driver: drivers[s.Driver], TopicPrefix: s.TopicPrefix})
+		rt := router.Route{Stream: stream, DriverName: s.Driver, Driver: drivers[s.Driver], TopicPrefix: s.TopicPrefix}
+		if dl := s.DeadLetter; dl.Driver != "" {
+			rt.DeadLetter = router.DeadLetter{DriverName: dl.Driver, Driver: drivers[dl.Driver]}
+		}
+		routes = append(routes, rt)
 	}
-	if d.router, err = router.New(routes...); err != nil {
+	if d.router, err = router.New(routes, router.WithMiddleware(opt.Middleware...)); err != nil {
 		for _, open := range drivers {
 			_ = open.Close()
 		}
@@ -163,13 +167,9 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	var wakers []dispatch.Waker
 	for _, stream := range d.router.Streams() {
 		s := cfg.Streams[stream]
-		rp, err := d.router.Publisher(stream)
+		pub, err := d.router.Publisher(stream)
 		if err != nil {
 			return nil, err
-		}
-		var pub dispatch.Publisher = rp
-		if opt.Wrap != nil {
-			pub = opt.Wrap(stream, pub)
 		}
 		p, err := dispatch.NewPipeline(pipelineConfig(stream, s, cfg.ReplicaID), d.pipeStore, pub, d.bus,
 			logger.With("driver", s.Driver))
@@ -202,7 +202,11 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	var dead []dispatch.DeadLetterRoute
 	for _, stream := range d.router.Streams() {
 		if dl := cfg.Streams[stream].DeadLetter; dl.Driver != "" {
-			dead = append(dead, dispatch.DeadLetterRoute{Stream: stream, Topic: dl.Topic, Publisher: drivers[dl.Driver]})
+			pub, err := d.router.DeadLetter(stream)
+			if err != nil {
+				return nil, err
+			}
+			dead = append(dead, dispatch.DeadLetterRoute{Stream: stream, Topic: dl.Topic, Publisher: pub})
 		}
 	}
 	if len(dead) > 0 {
@@ -242,7 +246,7 @@ func orderedStreams(cfg *config.Config) []string {
 // pipelineConfig maps a stream's settings onto its pipeline.
 func pipelineConfig(name string, s config.Stream, replica string) dispatch.PipelineConfig {
 	return dispatch.PipelineConfig{
-		Stream: name, Owner: replica, TopicPrefix: s.TopicPrefix,
+		Stream: name, Owner: replica,
 		BatchSize: s.BatchSize, Concurrency: s.Concurrency, PollInterval: s.PollInterval,
 		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
 		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,

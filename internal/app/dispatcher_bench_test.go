@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/router"
 )
 
@@ -65,12 +64,15 @@ func BenchmarkDrain(b *testing.B) {
 
 // confirmations announces each message a broker confirmed.
 type confirmations struct {
-	next dispatch.Publisher
-	ch   chan time.Time
+	ch chan time.Time
 }
 
-func (c *confirmations) Publish(ctx context.Context, msgs []router.Message) []error {
-	errs := c.next.Publish(ctx, msgs)
+func (c *confirmations) middleware(_ router.Destination, next router.Sender) router.Sender {
+	return func(ctx context.Context, msgs []router.Message) []error { return c.publish(ctx, msgs, next) }
+}
+
+func (c *confirmations) publish(ctx context.Context, msgs []router.Message, next router.Sender) []error {
+	errs := next(ctx, msgs)
 	now := time.Now()
 	for _, err := range errs {
 		if err == nil {
@@ -95,7 +97,7 @@ func BenchmarkIdleLatency(b *testing.B) {
 			cfg.Streams[s.stream] = st
 			conf := &confirmations{ch: make(chan time.Time, 16)}
 			d, err := NewDispatcher(w.ctx, cfg, slog.New(slog.DiscardHandler), Options{
-				Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher { conf.next = p; return conf },
+				Middleware: []router.Middleware{conf.middleware},
 			})
 			must(b, err)
 			ctx, cancel := context.WithCancel(w.ctx)

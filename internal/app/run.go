@@ -12,10 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/events/metrics"
-	"github.com/outboxd/outboxd/tracing"
+	"github.com/outboxd/outboxd/events/tracing"
 )
 
 // RunOptions are what `outboxd run` takes besides the configuration.
@@ -46,9 +45,11 @@ func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 	}()
 	opt := Options{Migrate: o.Migrate}
 	if cfg.Tracing.Enabled { // off: publishers are not wrapped at all
-		opt.Wrap = func(stream string, p dispatch.Publisher) dispatch.Publisher {
-			return tracing.Wrap(p, tp, cfg.Drivers[cfg.Streams[stream].Driver].Type)
+		systems := map[string]string{}
+		for name, d := range cfg.Drivers {
+			systems[name] = d.Type
 		}
+		opt.Middleware = append(opt.Middleware, tracing.Middleware(tp, systems))
 	}
 	reg, m := newMetrics(cfg, version)
 	var adm adminServer

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
@@ -220,9 +219,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	if !b.opt.json {
 		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, b.o.Stderr)
 	}
-	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
-		return &confirmingPublisher{next: p, conf: conf}
-	}})
+	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Middleware: []router.Middleware{conf.middleware}})
 	if err != nil {
 		return fmt.Errorf("bench: latency %s: %w", driverType, err)
 	}
@@ -424,26 +421,16 @@ func (c *confirmLog) all(ctx context.Context, ids []int64, timeout time.Duration
 	}
 }
 
-// confirmingPublisher notes when the driver confirmed each message: when its Publish
-// returned nil for it.
-type confirmingPublisher struct {
-	next dispatch.Publisher
-	conf *confirmLog
-}
-
-func (c *confirmingPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
-	errs := c.next.Publish(ctx, msgs)
-	c.conf.record(msgs, errs, time.Now())
-	return errs
-}
-
-// PublishOrdered is Publish for ordered streams (dispatch.OrderedPublisher).
-func (c *confirmingPublisher) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
-	ordered, ok := c.next.(dispatch.OrderedPublisher)
-	if !ok {
-		return c.Publish(ctx, msgs)
+// middleware notes when the driver confirmed each message: when its publish returned
+// nil for it (a router middleware, under the ordered chunking of ordered streams).
+// Dead letters are not the bench's messages.
+func (c *confirmLog) middleware(to router.Destination, next router.Sender) router.Sender {
+	if to.DeadLetter {
+		return next
 	}
-	errs := ordered.PublishOrdered(ctx, msgs)
-	c.conf.record(msgs, errs, time.Now())
-	return errs
+	return func(ctx context.Context, msgs []router.Message) []error {
+		errs := next(ctx, msgs)
+		c.record(msgs, errs, time.Now())
+		return errs
+	}
 }

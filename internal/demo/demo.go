@@ -21,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/producer"
@@ -129,9 +128,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	run := newDemoRun(o.Messages)
-	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Migrate: true, Wrap: func(_ string, p dispatch.Publisher) dispatch.Publisher {
-		return &timedPublisher{next: p, run: run, loseEvery: o.LoseAnswerEvery}
-	}})
+	timer := func(to router.Destination, next router.Sender) router.Sender {
+		if to.DeadLetter {
+			return next
+		}
+		return (&timedPublisher{next: next, run: run, loseEvery: o.LoseAnswerEvery}).Publish
+	}
+	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Migrate: true, Middleware: []router.Middleware{timer}})
 	if err != nil {
 		return err
 	}
@@ -453,7 +456,7 @@ func backlogSettled(ctx context.Context, d *app.Dispatcher, stream string) (bool
 // most once: the broker stored the messages, the dispatcher is told the publish failed
 // and publishes them again.
 type timedPublisher struct {
-	next      dispatch.Publisher
+	next      router.Sender
 	run       *demoRun
 	loseEvery int
 	batches   int    // published so far; Publish runs on the stream's workers
@@ -464,7 +467,7 @@ type timedPublisher struct {
 var errAnswerLost = errors.New("demo: the broker's answer was lost on purpose (--lose-answer-every)")
 
 func (t *timedPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
-	errs := t.next.Publish(ctx, msgs)
+	errs := t.next(ctx, msgs)
 	now := time.Since(t.run.epoch)
 	t.run.mu.Lock()
 	t.batches++

@@ -57,7 +57,7 @@ func TestDemoBookkeepingHoldsAFewBytesPerMessage(t *testing.T) {
 	if err := run.produce(ctx, pool, writer, n, 2, 500, 10); err != nil {
 		t.Fatal(err)
 	}
-	pub := &timedPublisher{next: acceptingPublisher{}, run: run}
+	pub := &timedPublisher{next: acceptingPublisher{}.Publish, run: run}
 	for first := 0; first < n; first += 500 {
 		msgs := make([]router.Message, 500)
 		for i := range msgs {

@@ -16,7 +16,7 @@ func TestAnOrderedKeyAcrossAMissingTopicIsPublishedOnceInOrderAfterTheTopicIsCre
 	t.Parallel()
 	k := testenv.NewKafka(t, 1, "orders.paid")
 	d := newDriver(t, testConfig(k.Addr()))
-	rt, err := router.New(router.Route{Stream: "orders", DriverName: "k", Driver: d})
+	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "k", Driver: d}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -597,7 +597,7 @@ func TestInAnOrderedPublishAMessageRefusedAsTooLargeHoldsBackItsKey(t *testing.T
 	k := testenv.NewKafka(t, 1)
 	createTopic(t, k.Addr(), "small", 1, kafka.ConfigEntry{ConfigName: "max.message.bytes", ConfigValue: "8192"})
 	d := newDriver(t, testConfig(k.Addr()))
-	rt, err := router.New(router.Route{Stream: "s", DriverName: "k", Driver: d})
+	rt, err := router.New([]router.Route{{Stream: "s", DriverName: "k", Driver: d}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,7 +194,7 @@ func orderedStopsAtRefusedHead(t *testing.T, h *Harness) {
 		t.Fatalf("suite: message %d has key %q, not its head's %q", behind, msgs[behind].Key, refused.Key)
 	}
 
-	rt, err := router.New(router.Route{Stream: "conformance", DriverName: "under-test", Driver: h.Driver})
+	rt, err := router.New([]router.Route{{Stream: "conformance", DriverName: "under-test", Driver: h.Driver}})
 	if err != nil {
 		t.Fatal(err)
 	}

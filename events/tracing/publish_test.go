@@ -17,14 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
-)
-
-var (
-	_ tracing.Publisher  = (*router.Publisher)(nil)
-	_ dispatch.Publisher = tracing.Publisher(nil)
 )
 
 // A producer's trace context: trace 0af7…0e47, span b7ad…, sampled.
@@ -67,7 +61,7 @@ func (r *recorder) published(t *testing.T) []router.Message {
 
 // setup returns a publisher tracing into an in-memory exporter through next, with
 // Setup's sampler at ratio.
-func setup(t *testing.T, next tracing.Publisher, ratio float64) (tracing.Publisher, *tracetest.InMemoryExporter) {
+func setup(t *testing.T, next *recorder, ratio float64) (router.Sender, *tracetest.InMemoryExporter) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp, err := tracing.NewProvider(sdktrace.WithSyncer(exp), "outboxd-test", "v0.0.0-test", ratio)
@@ -75,7 +69,7 @@ func setup(t *testing.T, next tracing.Publisher, ratio float64) (tracing.Publish
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tracing.Wrap(next, tp, "kafka"), exp
+	return tracing.Wrap(next.Publish, tp, "kafka"), exp
 }
 
 func message(id int64, headers map[string]string) router.Message {
@@ -123,7 +117,7 @@ func TestAMessageWithATraceparentIsPublishedInTheProducersTrace(t *testing.T) {
 	row := map[string]string{"traceparent": producerParent, "tracestate": "shop=1", "content-type": "application/json"}
 	before := maps.Clone(row)
 
-	if errs := pub.Publish(context.Background(), []router.Message{message(7, row)}); errs[0] != nil {
+	if errs := pub(context.Background(), []router.Message{message(7, row)}); errs[0] != nil {
 		t.Fatalf("publish: %v", errs[0])
 	}
 
@@ -162,7 +156,7 @@ func TestAMessageWithoutATraceparentStartsANewTrace(t *testing.T) {
 	ctx, batchSpan := sdktrace.NewTracerProvider().Tracer("x").Start(context.Background(), "batch")
 	defer batchSpan.End()
 
-	pub.Publish(ctx, []router.Message{message(8, map[string]string{"tracestate": "stale=1"}), message(9, nil)})
+	pub(ctx, []router.Message{message(8, map[string]string{"tracestate": "stale=1"}), message(9, nil)})
 
 	sent := next.published(t)
 	for i, id := range []int64{8, 9} {
@@ -186,7 +180,7 @@ func TestAMessageWithoutATraceparentStartsANewTrace(t *testing.T) {
 func TestASpanCarriesTheMessagingAttributesAttemptsAndWait(t *testing.T) {
 	t.Parallel()
 	pub, exp := setup(t, &recorder{}, 1)
-	pub.Publish(context.Background(), []router.Message{message(10, nil)})
+	pub(context.Background(), []router.Message{message(10, nil)})
 
 	s := spanNamed(t, exp, 10)
 	want := map[attribute.Key]attribute.Value{
@@ -225,7 +219,7 @@ func TestEachSpanEndsWithItsOwnMessagesOutcome(t *testing.T) {
 	}}
 	pub, exp := setup(t, next, 1)
 
-	errs := pub.Publish(context.Background(), []router.Message{message(1, nil), message(2, nil), message(3, nil)})
+	errs := pub(context.Background(), []router.Message{message(1, nil), message(2, nil), message(3, nil)})
 	if errs[0] != nil || errs[1] != tooLarge || errs[2] == nil {
 		t.Fatalf("publish results %v, want the next publisher's own", errs)
 	}
@@ -255,7 +249,7 @@ func TestAProducersHeaderNameIsMatchedWithoutRegardToCase(t *testing.T) {
 	t.Parallel()
 	next := &recorder{}
 	pub, exp := setup(t, next, 1)
-	pub.Publish(context.Background(), []router.Message{message(11, map[string]string{"Traceparent": producerParent})})
+	pub(context.Background(), []router.Message{message(11, map[string]string{"Traceparent": producerParent})})
 
 	s := spanNamed(t, exp, 11)
 	if s.Parent.SpanID().String() != producerSpanID {
@@ -272,7 +266,7 @@ func TestAnUnsampledProducerTraceIsFollowedAndStillPropagated(t *testing.T) {
 	next := &recorder{}
 	pub, exp := setup(t, next, 1) // the ratio applies to roots only
 	unsampled := "00-" + producerTraceID + "-" + producerSpanID + "-00"
-	pub.Publish(context.Background(), []router.Message{message(12, map[string]string{"traceparent": unsampled})})
+	pub(context.Background(), []router.Message{message(12, map[string]string{"traceparent": unsampled})})
 
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Errorf("%d spans recorded for a trace the producer did not sample, want 0", n)
@@ -287,7 +281,7 @@ func TestASampleRatioOfZeroRecordsNoRoot(t *testing.T) {
 	t.Parallel()
 	next := &recorder{}
 	pub, exp := setup(t, next, 0)
-	pub.Publish(context.Background(), []router.Message{message(13, nil), message(14, map[string]string{"traceparent": producerParent})})
+	pub(context.Background(), []router.Message{message(13, nil), message(14, map[string]string{"traceparent": producerParent})})
 
 	spans := exp.GetSpans()
 	if len(spans) != 1 || spans[0].SpanContext.TraceID().String() != producerTraceID {
@@ -301,12 +295,13 @@ func TestTracingOffWrapsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := &recorder{}
-	if got := tracing.Wrap(next, tp, "nats"); got != tracing.Publisher(next) {
-		t.Errorf("Wrap with tracing off returned %T, want the publisher itself", got)
-	}
-	if got := tracing.Wrap(next, nil, "nats"); got != tracing.Publisher(next) {
-		t.Errorf("Wrap without a provider returned %T, want the publisher itself", got)
+	msgs := []router.Message{message(1, map[string]string{"traceparent": producerParent})}
+	for _, tp := range []trace.TracerProvider{tp, nil} {
+		next := &recorder{}
+		tracing.Wrap(next.Publish, tp, "nats")(context.Background(), msgs)
+		if got := next.published(t); &got[0] != &msgs[0] {
+			t.Errorf("Wrap with tracing off (provider %T) handed on a copy of the batch, want the batch itself", tp)
+		}
 	}
 	if err := shutdown(context.Background()); err != nil {
 		t.Errorf("shutdown with tracing off: %v", err)
@@ -319,8 +314,8 @@ func TestTracingOffAllocatesNothingPerMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := batch(100)
-	pub := tracing.Wrap(newDiscard(len(msgs)), tp, "kafka")
-	if allocs := testing.AllocsPerRun(100, func() { pub.Publish(context.Background(), msgs) }); allocs != 0 {
+	pub := tracing.Wrap(newDiscard(len(msgs)).Publish, tp, "kafka")
+	if allocs := testing.AllocsPerRun(100, func() { pub(context.Background(), msgs) }); allocs != 0 {
 		t.Errorf("publishing a batch with tracing off allocates %v times, want 0", allocs)
 	}
 }
@@ -337,7 +332,7 @@ func TestConcurrentBatchesAreTracedIndependently(t *testing.T) {
 			for i := range msgs {
 				msgs[i] = message(int64(w*100+i), shared) // every row shares one headers map
 			}
-			pub.Publish(context.Background(), msgs)
+			pub(context.Background(), msgs)
 		})
 	}
 	wg.Wait()
@@ -349,38 +344,55 @@ func TestConcurrentBatchesAreTracedIndependently(t *testing.T) {
 	}
 }
 
-// orderedRecorder can publish in key order, as router.Publisher can.
-type orderedRecorder struct {
+// keyDriver is a router driver that records each call's messages and whether it came
+// from an ordered publish.
+type keyDriver struct {
 	recorder
-	orderedCalls int
+	ordered []bool
 }
 
-func (r *orderedRecorder) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
-	r.mu.Lock()
-	r.orderedCalls++
-	r.mu.Unlock()
-	return r.Publish(ctx, msgs)
+func (d *keyDriver) Publish(ctx context.Context, msgs []router.Message) []error {
+	d.ordered = append(d.ordered, router.KeyOrdered(ctx))
+	return d.recorder.Publish(ctx, msgs)
 }
 
-// An ordered stream's publisher stays ordered when traced, and its ordered publish is
-// the one traced; a publisher that cannot publish in key order does not become one.
-func TestTracingKeepsAnOrderedPublisherOrdered(t *testing.T) {
+func (*keyDriver) Close() error { return nil }
+
+// As a router middleware, tracing sees an ordered stream's driver calls under the
+// router's ordered publish, which stays ordered, and names each span after the
+// destination, the stream's prefix applied, with its driver's messaging system.
+func TestTheTracingMiddlewareTracesAnOrderedPublishUnderTheRouter(t *testing.T) {
 	t.Parallel()
-	next := &orderedRecorder{}
-	pub, exp := setup(t, next, 1)
-	ordered, ok := pub.(dispatch.OrderedPublisher)
-	if !ok {
-		t.Fatal("the traced publisher of an ordered publisher cannot publish in key order")
+	exp := tracetest.NewInMemoryExporter()
+	tp, err := tracing.NewProvider(sdktrace.WithSyncer(exp), "outboxd-test", "v0.0.0-test", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	d := &keyDriver{}
+	r, err := router.New([]router.Route{{Stream: "orders", DriverName: "events", Driver: d, TopicPrefix: "shop."}},
+		router.WithMiddleware(tracing.Middleware(tp, map[string]string{"events": "jetstream"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := r.Publisher("orders")
+	if err != nil {
+		t.Fatal(err)
 	}
 	msgs := []router.Message{{ID: 1, Topic: "t", Key: []byte("k")}, {ID: 2, Topic: "t", Key: []byte("k")}}
-	if errs := ordered.PublishOrdered(context.Background(), msgs); errs[0] != nil || errs[1] != nil {
+	if errs := pub.PublishOrdered(context.Background(), msgs); errs[0] != nil || errs[1] != nil {
 		t.Fatalf("errors %v", errs)
 	}
-	if next.orderedCalls != 1 || len(exp.GetSpans()) != 2 {
-		t.Fatalf("ordered publishes %d, spans %d; want 1 and 2", next.orderedCalls, len(exp.GetSpans()))
+	if len(d.ordered) != 1 || !d.ordered[0] {
+		t.Fatalf("driver calls ordered %v, want one ordered call", d.ordered)
 	}
-	plain, _ := setup(t, &recorder{}, 1)
-	if _, ok := plain.(dispatch.OrderedPublisher); ok {
-		t.Fatal("a publisher that cannot publish in key order became one by being traced")
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for _, s := range spans {
+		if s.Name != "publish shop.t" || attrOf(s, "messaging.system").AsString() != "jetstream" {
+			t.Fatalf("span %q, system %v", s.Name, attrOf(s, "messaging.system"))
+		}
 	}
 }

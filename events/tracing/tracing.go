@@ -1,7 +1,9 @@
-// Package tracing exports one OpenTelemetry span per published message.
+// Package tracing exports one OpenTelemetry span per published message, as a router
+// middleware (Middleware): every message a router publishes, dead letters included, is
+// traced on its way to the driver. It is internal to outboxd: no compatibility promise.
 //
 // Invariants: tracing never changes what is delivered or how it is acknowledged (the
-// wrapped publisher's results pass through untouched, and a message's headers are copied
+// wrapped sender's results pass through untouched, and a message's headers are copied
 // before the trace context is written into them, never edited in place); and when
 // tracing is off nothing is wrapped, so the publish path is exactly the untraced one.
 // Nothing here sets an OpenTelemetry global: the provider is passed to whoever needs it.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
 )
 
 // export is one request a fake collector received.
@@ -66,8 +66,8 @@ func TestSetupExportsOverOTLPHTTPToTheCollectorsTracesPath(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Setup: %v", c.name, err)
 		}
-		pub := tracing.Wrap(&recorder{}, tp, "jetstream")
-		pub.Publish(context.Background(), []router.Message{{ID: 5, Stream: "orders", Topic: "shop.orders"}})
+		pub := tracing.Wrap((&recorder{}).Publish, tp, "jetstream")
+		pub(context.Background(), []router.Message{{ID: 5, Stream: "orders", Topic: "shop.orders"}})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := shutdown(ctx); err != nil {
 			t.Errorf("%s: shutdown: %v", c.name, err)
@@ -129,8 +129,8 @@ func TestSetupStartsWithoutACollector(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Setup with the collector down: %v, want a provider that exports later", err)
 	}
-	pub := tracing.Wrap(&recorder{}, tp, "nats")
-	if errs := pub.Publish(context.Background(), []router.Message{{ID: 1, Stream: "s", Topic: "t"}}); errs[0] != nil {
+	pub := tracing.Wrap((&recorder{}).Publish, tp, "nats")
+	if errs := pub(context.Background(), []router.Message{{ID: 1, Stream: "s", Topic: "t"}}); errs[0] != nil {
 		t.Errorf("publish with the collector down: %v, want the publisher's own result", errs[0])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/tracing"
 )
 
 // discard confirms every message without allocating: whatever a benchmark counts is
@@ -48,16 +48,16 @@ const benchBatch = 100
 
 // benchPublish publishes batches of benchBatch messages through pub and reports the
 // allocations per message besides Go's per-batch figures.
-func benchPublish(b *testing.B, pub tracing.Publisher) { benchPublishMsgs(b, pub, batch(benchBatch)) }
+func benchPublish(b *testing.B, pub router.Sender) { benchPublishMsgs(b, pub, batch(benchBatch)) }
 
-func benchPublishMsgs(b *testing.B, pub tracing.Publisher, msgs []router.Message) {
+func benchPublishMsgs(b *testing.B, pub router.Sender, msgs []router.Message) {
 	ctx := context.Background()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		pub.Publish(ctx, msgs)
+		pub(ctx, msgs)
 	}
 	b.StopTimer()
 	runtime.ReadMemStats(&after)
@@ -73,7 +73,7 @@ func BenchmarkPublishTracingOff(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchPublish(b, tracing.Wrap(newDiscard(benchBatch), tp, "kafka"))
+	benchPublish(b, tracing.Wrap(newDiscard(benchBatch).Publish, tp, "kafka"))
 }
 
 // BenchmarkPublishTracingOn traces every message (sampled) into Setup's provider with
@@ -84,7 +84,7 @@ func BenchmarkPublishTracingOn(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	benchPublish(b, tracing.Wrap(newDiscard(benchBatch), tp, "kafka"))
+	benchPublish(b, tracing.Wrap(newDiscard(benchBatch).Publish, tp, "kafka"))
 }
 
 // BenchmarkPublishTracingOnUnsampled is tracing on with a sample ratio of 0 and
@@ -100,5 +100,5 @@ func BenchmarkPublishTracingOnUnsampled(b *testing.B) {
 	for i := range msgs {
 		msgs[i].Headers = map[string]string{"content-type": "application/json", "tenant": "acme"}
 	}
-	benchPublishMsgs(b, tracing.Wrap(newDiscard(benchBatch), tp, "kafka"), msgs)
+	benchPublishMsgs(b, tracing.Wrap(newDiscard(benchBatch).Publish, tp, "kafka"), msgs)
 }

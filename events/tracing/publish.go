@@ -17,12 +17,6 @@ import (
 	"github.com/outboxd/outboxd/router"
 )
 
-// Publisher is what Wrap decorates and returns: the pipeline's publisher, one error per
-// message, in order.
-type Publisher interface {
-	Publish(ctx context.Context, msgs []router.Message) []error
-}
-
 // Attributes outboxd adds to the messaging semantic conventions.
 const (
 	AttrStream   = attribute.Key("outboxd.stream")
@@ -32,12 +26,23 @@ const (
 	AttrWaitMS = attribute.Key("outboxd.wait_ms")
 )
 
-// ScopeName names the instrumentation scope of outboxd's spans.
+// ScopeName names the instrumentation scope of outboxd's spans. It keeps the package's
+// first import path: queries and dashboards that select outboxd's spans by scope must
+// not break because the package moved.
 const ScopeName = "github.com/outboxd/outboxd/tracing"
 
 var errNoResult = errors.New("publisher returned no result for this message")
 
-// Wrap returns a Publisher that publishes through next and traces every message: one
+// Middleware traces every message a router publishes (router.WithMiddleware), each
+// stream's messages and its dead letters: see Wrap. systems maps a driver's name to the
+// messaging.system of its spans (its type: kafka, nats or jetstream).
+func Middleware(tp trace.TracerProvider, systems map[string]string) router.Middleware {
+	return func(to router.Destination, next router.Sender) router.Sender {
+		return Wrap(next, tp, systems[to.Driver])
+	}
+}
+
+// Wrap returns a Sender that publishes through next and traces every message: one
 // producer span named "publish <destination>", parented to the trace context the
 // producer left in the message's traceparent header (a new root when there is none),
 // ended with that message's outcome. The span's context replaces traceparent and
@@ -45,9 +50,9 @@ var errNoResult = errors.New("publisher returned no result for this message")
 // trace from the publish. system is the messaging.system value: kafka, nats or jetstream.
 //
 // When tp is nil or a no-op provider (what Setup returns with tracing off), Wrap
-// returns next itself: tracing off costs nothing. When next can publish in key order
-// (PublishOrdered, for ordered streams), so can the publisher Wrap returns.
-func Wrap(next Publisher, tp trace.TracerProvider, system string) Publisher {
+// returns next itself: tracing off costs nothing. Under a router, Wrap sees each driver
+// call of an ordered publish, whose key order is the router's to keep.
+func Wrap(next router.Sender, tp trace.TracerProvider, system string) router.Sender {
 	if tp == nil {
 		return next
 	}
@@ -59,14 +64,11 @@ func Wrap(next Publisher, tp trace.TracerProvider, system string) Publisher {
 		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		system: semconv.MessagingSystemKey.String(system),
 	}
-	if o, ok := next.(orderedPublisher); ok {
-		return orderedTracer{publisher: p, ordered: o}
-	}
-	return p
+	return p.publish
 }
 
 type publisher struct {
-	next   Publisher
+	next   router.Sender
 	tracer trace.Tracer
 	system attribute.KeyValue
 	prop   propagation.TraceContext
@@ -77,35 +79,11 @@ var (
 	operationName = semconv.MessagingOperationName("publish")
 )
 
-// Publish starts every message's span, publishes the batch with the new contexts in
+// publish starts every message's span, publishes the batch with the new contexts in
 // copies of the headers, and ends each span with its message's result.
-func (p *publisher) Publish(ctx context.Context, msgs []router.Message) []error {
-	return p.traced(ctx, msgs, p.next.Publish)
-}
-
-// orderedPublisher is what an ordered stream's pipeline publishes through
-// (dispatch.OrderedPublisher).
-type orderedPublisher interface {
-	PublishOrdered(ctx context.Context, msgs []router.Message) []error
-}
-
-// orderedTracer is the publisher Wrap returns for a next that can publish in key order:
-// it can too.
-type orderedTracer struct {
-	*publisher
-	ordered orderedPublisher
-}
-
-// PublishOrdered is Publish through next's ordered publish, for ordered streams: the
-// spans are the same, and the key order is next's to keep.
-func (p orderedTracer) PublishOrdered(ctx context.Context, msgs []router.Message) []error {
-	return p.traced(ctx, msgs, p.ordered.PublishOrdered)
-}
-
-// traced is Publish and PublishOrdered, sending through send.
-func (p *publisher) traced(ctx context.Context, msgs []router.Message, send func(context.Context, []router.Message) []error) []error {
+func (p *publisher) publish(ctx context.Context, msgs []router.Message) []error {
 	if len(msgs) == 0 {
-		return send(ctx, msgs)
+		return p.next(ctx, msgs)
 	}
 	// A message's only parent is its own traceparent: the batch's context carries none.
 	base := trace.ContextWithSpanContext(ctx, trace.SpanContext{})
@@ -146,7 +124,7 @@ func (p *publisher) traced(ctx context.Context, msgs []router.Message, send func
 		out[i].Headers = withContext(sctx, p.prop, m.Headers)
 	}
 
-	errs := send(ctx, out)
+	errs := p.next(ctx, out)
 
 	for i, span := range spans {
 		err := errNoResult
