@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // Redacted returns a deep copy safe to print: every non-empty Secret holds [REDACTED],
@@ -46,8 +47,16 @@ func redactValue(v reflect.Value, how string) {
 		}
 	case kindStruct:
 		for _, f := range fieldsOf(v.Type()) {
-			redactValue(v.Field(f.index), f.redact)
+			redactValue(v.FieldByIndex(f.index), f.redact)
 		}
+	case kindOptions:
+		if v.IsNil() {
+			return
+		}
+		o := reflect.New(v.Elem().Type()).Elem()
+		o.Set(v.Elem())
+		redactValue(o, "")
+		v.Set(o)
 	case kindMap:
 		if v.IsNil() {
 			return
@@ -86,10 +95,7 @@ func RedactDSN(dsn string) string {
 	return out
 }
 
-func isPasswordKey(k string) bool {
-	k = strings.ToLower(k)
-	return k == "password" || k == "sslpassword"
-}
+func isPasswordKey(k string) bool { return driveropt.IsPasswordKey(k) }
 
 // redactURLs redacts each URL of a comma-separated list, as NATS server lists are.
 func redactURLs(s string) string {
@@ -100,61 +106,14 @@ func redactURLs(s string) string {
 	return strings.Join(parts, ",")
 }
 
-// redactURL replaces the password in a URL's userinfo and in password or sslpassword
-// query parameters with repl. It works on the text, not on a parse, so that it also
-// redacts URLs that do not parse. The userinfo is taken to end at the last '@', since a
-// careless password may itself hold '@', '/', '?' or '#'; that can only redact too much.
-// When userIsSecret, a userinfo without a password (a NATS token) is replaced whole.
+// redactURL replaces the credentials in a URL with repl (see driveropt.RedactURL).
 func redactURL(s, repl string, userIsSecret bool) string {
-	start := 0
-	if i := strings.Index(s, "://"); i >= 0 {
-		start = i + len("://")
-	}
-	rest := start
-	if at := strings.LastIndex(s[start:], "@"); at >= 0 {
-		at += start
-		rest = at
-		user, _, hasPassword := strings.Cut(s[start:at], ":")
-		switch {
-		case hasPassword:
-			s = s[:start] + user + ":" + repl + s[at:]
-			rest = start + len(user) + 1 + len(repl)
-		case userIsSecret && at > start:
-			s = s[:start] + repl + s[at:]
-			rest = start + len(repl)
-		}
-	}
-	q := strings.Index(s[rest:], "?")
-	if q < 0 {
-		return s
-	}
-	q += rest + 1
-	end := len(s)
-	if h := strings.Index(s[q:], "#"); h >= 0 {
-		end = q + h
-	}
-	params := strings.Split(s[q:end], "&")
-	for i, p := range params {
-		k, _, ok := strings.Cut(p, "=")
-		if uk, err := url.QueryUnescape(k); err == nil && ok && isPasswordKey(uk) {
-			params[i] = k + "=" + repl
-		}
-	}
-	return s[:q] + strings.Join(params, "&") + s[end:]
+	return driveropt.RedactURL(s, repl, userIsSecret)
 }
 
-// urlParseProblem explains why url.Parse rejected s without quoting any credential:
-// it parses s again with the credentials replaced, and blames them if that succeeds.
+// urlParseProblem explains why url.Parse rejected s without quoting any credential.
 func urlParseProblem(s string, userIsSecret bool) string {
-	_, err := url.Parse(redactURL(s, "x", userIsSecret))
-	if err == nil {
-		return "the user name or password is not percent-encoded correctly"
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	return strings.TrimPrefix(err.Error(), "net/url: ")
+	return driveropt.URLParseProblem(s, userIsSecret)
 }
 
 // kvValue is a key=value DSN value as written (start:end of a kvPair), unquoted.

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/router/drivers"
 )
 
 // buildOutboxd builds this command into a temporary directory. outboxd bench runs the
@@ -316,7 +317,7 @@ func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := config.Load("", benchEnviron([]string{"OUTBOXD_STREAMS__LEAK__DRIVER=x", "PATH=/bin"}, want))
+			got, err := config.Load("", benchEnviron([]string{"OUTBOXD_STREAMS__LEAK__DRIVER=x", "PATH=/bin"}, want), drivers.All())
 			if err != nil {
 				t.Fatalf("%v, %s: the child's environment does not load: %v", args, d, err)
 			}

@@ -26,8 +26,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // Writer tuning. These are decisions, not settings: see docs/configuration.md for the
@@ -81,7 +81,7 @@ type Driver struct {
 	log          *slog.Logger
 	addr         net.Addr
 	autoCreate   bool
-	provision    config.Provision // create a missing topic when Enabled
+	provision    Provision // create a missing topic when Enabled
 	writeTimeout time.Duration
 	connect      func() *kafka.Transport // builds a transport with this driver's settings
 	transport    *kafka.Transport
@@ -99,7 +99,7 @@ var _ router.Driver = (*Driver)(nil)
 // first Publish, so a cluster that is down does not stop outboxd from starting. It
 // fails only for configuration it cannot use (an unreadable CA or key pair, an unknown
 // SASL mechanism or compression codec).
-func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
+func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 	fail := func(err error) (*Driver, error) { return nil, fmt.Errorf("kafka driver %q: %w", name, err) }
 	if len(cfg.Brokers) == 0 {
 		return fail(errors.New("brokers: at least one host:port is required"))
@@ -206,7 +206,7 @@ func codec(name string) (kafka.Compression, error) {
 	return 0, fmt.Errorf("compression: unsupported codec %q; want none, gzip, snappy, lz4 or zstd", name)
 }
 
-func tlsClient(c config.TLS) (*tls.Config, error) {
+func tlsClient(c driveropt.TLS) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
@@ -236,7 +236,7 @@ func tlsClient(c config.TLS) (*tls.Config, error) {
 	return tc, nil
 }
 
-func saslMechanism(c config.SASL) (sasl.Mechanism, error) {
+func saslMechanism(c SASL) (sasl.Mechanism, error) {
 	switch c.Mechanism {
 	case "":
 		return nil, nil

@@ -19,7 +19,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/natsconn"
 )
@@ -39,15 +38,15 @@ type Driver struct {
 // New connects the driver called name. It succeeds while the server is down (the
 // connection keeps trying) and fails only for settings it cannot use. A zero
 // PublishTimeout takes the documented default.
-func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
+func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	timeout := cfg.PublishTimeout
 	if timeout <= 0 {
-		timeout = config.DefaultDriver(config.TypeNATS).PublishTimeout
+		timeout = natsconn.DefaultPublishTimeout
 	}
-	nc, err := natsconn.Connect(name, cfg, logger.With("driver", name))
+	nc, err := natsconn.Connect(name, cfg.Options, logger.With("driver", name))
 	if err != nil {
 		return nil, err
 	}
