@@ -310,14 +310,28 @@ drivers:
     brokers: [k:9092]
     max_in_flight: 10
     publish_timeout: 0s
-`)
+    url: nats://n:4222
+  js:
+    type: jetstream
+    url: nats://n:4222
+    provision: {partitions: 3, bogus: 1}
+  sink:
+    type: discard
+    tls: {enabled: true}
+`, "OUTBOXD_DRIVERS__BUS__PROVISION__ENABLED=true")
 	wantKeys(t, ps, "drivers.bus.brokers", "drivers.bus.allow_auto_topic_creation", "drivers.bus.sasl.mechanism",
-		"drivers.kf.max_in_flight", "drivers.kf.publish_timeout")
+		"drivers.kf.max_in_flight", "drivers.kf.publish_timeout", "drivers.kf.url", "drivers.js.provision.partitions",
+		"drivers.js.provision.bogus", "drivers.sink.tls.enabled", "drivers.bus.provision.enabled")
 	for _, want := range []string{
 		"drivers.bus.brokers: only valid for type kafka (line 6)",
 		"drivers.bus.allow_auto_topic_creation: only valid for type kafka (line 7)",
 		"drivers.kf.max_in_flight: only valid for type jetstream",
 		"drivers.kf.publish_timeout: only valid for types nats and jetstream",
+		"drivers.kf.url: only valid for types nats and jetstream",
+		"drivers.js.provision.partitions: only valid for type kafka",
+		"drivers.js.provision.bogus: unknown key",
+		"drivers.sink.tls.enabled: only valid for types kafka, nats and jetstream",
+		"drivers.bus.provision.enabled: only valid for types kafka and jetstream (from OUTBOXD_DRIVERS__BUS__PROVISION__ENABLED)",
 	} {
 		if !strings.Contains(ps.Error(), want) {
 			t.Errorf("problems do not contain %q:\n%v", want, ps)
