@@ -6,8 +6,13 @@
 // once, never only the first; a secret's value never appears in any message, printout,
 // log record or YAML dump produced here (only Secret.Reveal returns it); and nothing in
 // this package connects to anything. The set of keys is derived from the struct tags
-// below, so the file format, the environment names and docs/configuration.md cannot
-// drift apart (a test holds the docs to it).
+// below and from those of each registered driver's options, so the file format, the
+// environment names and docs/configuration.md cannot drift apart (a test holds the
+// docs to it).
+//
+// It knows no driver type: Load is given the registrations (router/drivers), and a
+// drivers.<name> section is decoded into the options of the one its type selects.
+// It is internal to outboxd.
 package config
 
 import (

@@ -7,9 +7,10 @@ import (
 	"github.com/outboxd/outboxd/router/driveropt"
 )
 
-// Options are one driver's settings, decoded from its section of the configuration
-// (yaml tags name the keys; a "redact" tag of "urls" marks a comma-separated URL list
-// that may hold credentials). They are struct values, so that a copy shares nothing.
+// Options are one driver's settings, decoded from its section of the configuration: a
+// struct value (not a pointer) whose yaml tags name the keys, ",inline" on an embedded
+// struct shares keys between drivers, and a "redact" tag of "urls" marks a
+// comma-separated URL list that may hold credentials. Secrets are driveropt.Secret.
 type Options interface {
 	// Validate returns every problem, keyed by the path inside the driver's section.
 	Validate() []driveropt.Problem

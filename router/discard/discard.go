@@ -10,6 +10,10 @@
 // It is not run through routertest: that suite reads messages back from a broker, and
 // a discard driver has no consumer side. Its own tests cover counting, per-message
 // results, cancellation and close.
+//
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration. It is internal to outboxd.
 package discard
 
 import (

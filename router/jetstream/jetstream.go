@@ -18,6 +18,10 @@
 // goroutine hand-off per acknowledgement; docs/benchmarks.md); its decisions are kept:
 // the same errors, the same two retries of a "no responders" answer, a publish timeout
 // per message, and every message awaiting its PubAck failed when the connection is lost.
+//
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration. It is internal to outboxd.
 package jetstream
 
 import (

@@ -8,6 +8,10 @@
 // the rest of its batch is written. Messages with the same key always go to the same
 // partition (murmur2, as the Java client does), so messages of a key arrive in order,
 // except that one which failed and is published again arrives after its successors.
+//
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration. It is internal to outboxd.
 package kafka
 
 import (

@@ -7,6 +7,10 @@
 // stores nothing, so a message nobody subscribed to at that moment is gone, and nothing
 // says a subscriber got it. Streams that need the message kept belong on the jetstream
 // driver.
+//
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration. It is internal to outboxd.
 package nats
 
 import (

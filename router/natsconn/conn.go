@@ -8,6 +8,9 @@
 // it. Only settings that can never work (a malformed URL, an unreadable creds, CA,
 // certificate or key file) make Connect fail, and its error names the driver and the
 // setting.
+//
+// Options (options.go) are the settings both NATS drivers share and embed. It is
+// internal to outboxd.
 package natsconn
 
 import (
