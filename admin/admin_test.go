@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/router/drivers"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
@@ -406,7 +407,7 @@ http:
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(file, nil)
+	cfg, err := config.Load(file, nil, drivers.All())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router"
 )
 
 // Stream is a configured stream and the driver it publishes through.
@@ -44,29 +45,13 @@ func Describe(cfg *config.Config) ([]Stream, []Driver) {
 }
 
 func describeDriver(name string, d config.Driver) Driver {
-	out := Driver{Name: name, Type: d.Type, Addresses: []string{}, TLS: d.TLS.Enabled}
-	var raw []string
-	var auth []string
-	switch d.Type {
-	case config.TypeKafka:
-		raw = d.Brokers
-		if d.SASL.Mechanism != "" {
-			auth = append(auth, "sasl/"+strings.ToLower(d.SASL.Mechanism))
-		}
-	case config.TypeNATS, config.TypeJetStream:
-		if d.URL != "" {
-			raw = strings.Split(d.URL, ",")
-		}
-		if d.Token != "" {
-			auth = append(auth, "token")
-		}
-		if d.Username != "" || d.Password != "" {
-			auth = append(auth, "user/password")
-		}
-		if d.CredsFile != "" {
-			auth = append(auth, "creds_file")
-		}
+	out := Driver{Name: name, Type: d.Type, Addresses: []string{}}
+	var sum router.Summary
+	if s, ok := d.Options.(router.Summarizer); ok {
+		sum = s.Summary()
 	}
+	out.TLS = sum.TLS
+	raw, auth := sum.Servers, append([]string(nil), sum.Auth...)
 	for _, a := range raw {
 		addr, hadUser := stripCredentials(strings.TrimSpace(a))
 		if hadUser {

@@ -6,9 +6,12 @@
 // once, never only the first; a secret's value never appears in any message, printout,
 // log record or YAML dump produced here (only Secret.Reveal returns it); and nothing in
 // this package connects to anything. The set of keys is derived from the struct tags
-// below, so the file format, the environment names and docs/configuration.md cannot
-// drift apart (a test holds the docs to it).
+// below and from those of each registered driver's options, so the file format, the
+// environment names and docs/configuration.md cannot drift apart (a test holds the
+// docs to it).
 //
+// It knows no driver type: Load is given the registrations (router/drivers), and a
+// drivers.<name> section is decoded into the options of the one its type selects.
 // Package config is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
 package config
@@ -21,27 +24,27 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 	"github.com/outboxd/outboxd/table"
-)
-
-// Driver types.
-const (
-	TypeKafka     = "kafka"
-	TypeNATS      = "nats"
-	TypeJetStream = "jetstream"
-	// TypeDiscard confirms every message without sending it anywhere: for measuring
-	// the dispatcher without a broker (outboxd bench).
-	TypeDiscard = "discard"
 )
 
 // FileEnv names the environment variable that points at the configuration file when
 // no --config flag is given.
 const FileEnv = "OUTBOXD_CONFIG"
 
-// Struct tags: yaml is the key in the file (and, upper-cased, in the environment);
-// only lists the driver types a driver field belongs to; redact says how to strip
-// credentials from a plain string field (dsn: a PostgreSQL DSN, urls: a comma-separated
-// URL list).
+// Struct tags: yaml is the key in the file (and, upper-cased, in the environment), or
+// ",inline" for fields whose keys sit in the enclosing section; redact says how to
+// strip credentials from a plain string field (dsn: a PostgreSQL DSN, urls: a
+// comma-separated URL list). Driver options, declared by each driver package, follow
+// the same rules.
+
+// Secret is a string that never prints its value (see driveropt.Secret); http tokens
+// and driver credentials use it.
+type Secret = driveropt.Secret
+
+// mask is what every printable form of a non-empty secret shows instead of it.
+const mask = driveropt.Mask
 
 // Config is the complete set of settings.
 type Config struct {
@@ -116,64 +119,12 @@ type DeadLetter struct {
 	Topic  string `yaml:"topic"`
 }
 
-// Driver configures one broker connection. Fields tagged with only belong to those
-// types; setting one on a driver of another type is a problem, not silently ignored.
+// Driver configures one destination. Type selects a registered driver type (see
+// router/drivers); the other keys of the section are that type's options, decoded into
+// a copy of its defaults. Options is nil only when the type is unknown.
 type Driver struct {
-	Type string `yaml:"type"`
-
-	Brokers                []string      `yaml:"brokers" only:"kafka"`
-	ClientID               string        `yaml:"client_id" only:"kafka"`
-	Compression            string        `yaml:"compression" only:"kafka"`
-	AllowAutoTopicCreation bool          `yaml:"allow_auto_topic_creation" only:"kafka"`
-	WriteTimeout           time.Duration `yaml:"write_timeout" only:"kafka"`
-	SASL                   SASL          `yaml:"sasl" only:"kafka"`
-
-	URL            string        `yaml:"url" only:"nats,jetstream" redact:"urls"`
-	Token          Secret        `yaml:"token" only:"nats,jetstream"`
-	Username       string        `yaml:"username" only:"nats,jetstream"`
-	Password       Secret        `yaml:"password" only:"nats,jetstream"`
-	CredsFile      string        `yaml:"creds_file" only:"nats,jetstream"`
-	PublishTimeout time.Duration `yaml:"publish_timeout" only:"nats,jetstream"`
-	MaxInFlight    int           `yaml:"max_in_flight" only:"jetstream"`
-
-	// Provision creates a destination that does not exist yet; off by default, because
-	// in production streams and topics are usually owned by whoever runs the broker.
-	Provision Provision `yaml:"provision" only:"kafka,jetstream"`
-
-	TLS TLS `yaml:"tls"`
-}
-
-// Provision says whether and how a driver creates what its streams publish to when it
-// is missing: for jetstream, one JetStream stream capturing "<topic_prefix>>" of every
-// outbox stream routed to the driver, created at start; for kafka, each topic, created
-// the first time a message is bound for it and the cluster does not have it.
-type Provision struct {
-	Enabled bool `yaml:"enabled"`
-
-	Stream          string        `yaml:"stream" only:"jetstream"`
-	Retention       string        `yaml:"retention" only:"jetstream"`
-	Storage         string        `yaml:"storage" only:"jetstream"`
-	Replicas        int           `yaml:"replicas" only:"jetstream"`
-	DuplicateWindow time.Duration `yaml:"duplicate_window" only:"jetstream"`
-
-	Partitions        int `yaml:"partitions" only:"kafka"`
-	ReplicationFactor int `yaml:"replication_factor" only:"kafka"`
-}
-
-// SASL configures Kafka authentication.
-type SASL struct {
-	Mechanism string `yaml:"mechanism"`
-	Username  string `yaml:"username"`
-	Password  Secret `yaml:"password"`
-}
-
-// TLS configures a driver's TLS client.
-type TLS struct {
-	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	Type    string         `yaml:"type"`
+	Options router.Options `yaml:",inline"`
 }
 
 // Janitor configures lease reclaiming, purging and partition upkeep.
@@ -248,26 +199,6 @@ func DefaultStream() Stream {
 		Flow:           true,
 		FlowRate:       500,
 	}
-}
-
-// DefaultDriver returns a driver of the given type with that type's defaults; fields
-// of other types stay zero so that the driver validates.
-func DefaultDriver(typ string) Driver {
-	d := Driver{Type: typ}
-	switch typ {
-	case TypeKafka:
-		d.ClientID = "outboxd"
-		d.Compression = "none"
-		d.WriteTimeout = 10 * time.Second
-		d.Provision = Provision{Partitions: 1, ReplicationFactor: 1}
-	case TypeNATS:
-		d.PublishTimeout = 5 * time.Second
-	case TypeJetStream:
-		d.PublishTimeout = 5 * time.Second
-		d.MaxInFlight = 1024
-		d.Provision = Provision{Retention: "limits", Storage: "file", Replicas: 1, DuplicateWindow: 2 * time.Minute}
-	}
-	return d
 }
 
 // Table names the outbox table.

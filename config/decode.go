@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // decoder overlays the file and the environment onto a Config, recording every problem
@@ -23,12 +26,22 @@ type decoder struct {
 	origin map[string]string
 	// budget bounds the YAML nodes visited, so aliases cannot multiply the work.
 	budget int
+	// registry gives each driver type's options; envTypes holds the driver types the
+	// environment sets (by driver name), which take precedence over the file's and
+	// must be known before a driver's section is decoded.
+	registry router.Registry
+	envTypes map[string]string
+	// driver is the section of the driver being decoded, or nil.
+	driver *driverAt
 }
+
+// driverAt is a driver's section: its key path and its type.
+type driverAt struct{ path, typ string }
 
 const nodeBudget = 200_000
 
-func newDecoder() *decoder {
-	return &decoder{origin: map[string]string{}, budget: nodeBudget}
+func newDecoder(reg router.Registry, environ []string) *decoder {
+	return &decoder{origin: map[string]string{}, budget: nodeBudget, registry: reg, envTypes: envDriverTypes(environ)}
 }
 
 // file overlays YAML data onto cfg.
@@ -174,6 +187,15 @@ func (d *decoder) value(path string, v reflect.Value, n *yaml.Node) {
 
 // mapping decodes the pairs of n into the section struct or the map v.
 func (d *decoder) mapping(path string, v reflect.Value, n *yaml.Node) {
+	if v.Type() == driverType {
+		d.driverSection(path, v, n)
+		return
+	}
+	d.pairs(path, v, n)
+}
+
+// pairs decodes the key-value pairs of the mapping n into the struct or map v.
+func (d *decoder) pairs(path string, v reflect.Value, n *yaml.Node) {
 	isMap := v.Kind() == reflect.Map
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -211,14 +233,110 @@ func (d *decoder) mapping(path string, v reflect.Value, n *yaml.Node) {
 		}
 		f, ok := fieldNamed(v.Type(), key)
 		if !ok {
-			d.ps.add(p, "unknown key%s (line %d)", didYouMean(key, v.Type()), kn.Line)
+			d.unknownKey(p, key, v.Type(), kn, n.Content[i+1])
 			continue
 		}
-		d.value(p, v.Field(f.index), n.Content[i+1])
+		d.value(p, v.FieldByIndex(f.index), n.Content[i+1])
 	}
 }
 
+// unknownKey reports key, which the section t at path does not have. Inside a driver's
+// section, a key that other driver types have is named as theirs; a section of theirs
+// is reported key by key.
+func (d *decoder) unknownKey(p, key string, t reflect.Type, kn, vn *yaml.Node) {
+	types := d.otherTypes(p)
+	if len(types) == 0 {
+		d.ps.add(p, "unknown key%s (line %d)", didYouMean(key, t), kn.Line)
+		return
+	}
+	if vn = d.deref(p, vn); vn != nil && vn.Kind == yaml.MappingNode && len(vn.Content) > 0 {
+		for i := 0; i+1 < len(vn.Content); i += 2 {
+			if k := vn.Content[i]; k.Kind == yaml.ScalarNode {
+				d.unknownKey(join(p, k.Value), k.Value, nil, k, vn.Content[i+1])
+			}
+		}
+		return
+	}
+	d.ps.add(p, "%s (line %d)", onlyText(types), kn.Line)
+}
+
+// otherTypes lists the driver types, other than the one being decoded, whose options
+// have the key (or section) at path; none outside a driver's section.
+func (d *decoder) otherTypes(path string) []string {
+	if d.driver == nil || !strings.HasPrefix(path, d.driver.path+".") {
+		return nil
+	}
+	rel := strings.Split(path[len(d.driver.path)+1:], ".")
+	var types []string
+	for _, r := range d.registry {
+		if r.Type != d.driver.typ && hasKey(reflect.TypeOf(r.Options()), rel) {
+			types = append(types, r.Type)
+		}
+	}
+	return types
+}
+
+// hasKey reports whether the section struct t has the key at the path rel.
+func hasKey(t reflect.Type, rel []string) bool {
+	f, ok := fieldNamed(t, rel[0])
+	switch {
+	case !ok:
+		return false
+	case len(rel) == 1:
+		return true
+	case f.kind == kindStruct:
+		return hasKey(f.typ, rel[1:])
+	}
+	return false
+}
+
+// driverSection decodes a driver's section: its type first, since the options the
+// other keys are decoded into depend on it. A type set in the environment wins, as
+// for every other key. The rest is left alone while the type is unknown.
+func (d *decoder) driverSection(path string, v reflect.Value, n *yaml.Node) {
+	typed := &yaml.Node{Kind: yaml.MappingNode, Line: n.Line}
+	rest := &yaml.Node{Kind: yaml.MappingNode, Line: n.Line}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Kind == yaml.ScalarNode && k.Value == "type" {
+			typed.Content = append(typed.Content, k, n.Content[i+1])
+		} else {
+			rest.Content = append(rest.Content, k, n.Content[i+1])
+		}
+	}
+	d.pairs(path, v, typed)
+	drv := v.Addr().Interface().(*Driver)
+	if t, ok := d.envTypes[strings.TrimPrefix(path, "drivers.")]; ok {
+		drv.Type = t
+	}
+	if !d.withOptions(drv) {
+		return
+	}
+	o := reflect.New(reflect.TypeOf(drv.Options)).Elem()
+	o.Set(reflect.ValueOf(drv.Options))
+	d.driver = &driverAt{path: path, typ: drv.Type}
+	d.pairs(path, o, rest)
+	d.driver = nil
+	drv.Options = o.Interface().(router.Options)
+}
+
+// withOptions gives drv the defaults of its type unless it holds options of that type
+// already, and reports whether the type is registered.
+func (d *decoder) withOptions(drv *Driver) bool {
+	reg, ok := d.registry.Lookup(drv.Type)
+	if !ok {
+		drv.Options = nil
+		return false
+	}
+	if def := reg.Options(); drv.Options == nil || reflect.TypeOf(drv.Options) != reflect.TypeOf(def) {
+		drv.Options = def
+	}
+	return true
+}
+
 func didYouMean(key string, t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
 	var names []string
 	for _, f := range fieldsOf(t) {
 		names = append(names, f.name)
@@ -294,14 +412,4 @@ func setScalar(v reflect.Value, k kind, raw, tag string) string {
 }
 
 // quoteShort quotes a non-secret value for a message, cut to a readable length.
-func quoteShort(s string) string {
-	const limit = 60
-	if len(s) > limit {
-		cut := limit
-		for cut > 0 && s[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		return strconv.Quote(s[:cut]) + "…"
-	}
-	return strconv.Quote(s)
-}
+func quoteShort(s string) string { return driveropt.Quote(s) }

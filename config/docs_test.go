@@ -52,11 +52,12 @@ func docDefault(k keyInfo) string {
 	case strings.HasPrefix(k.path, "streams.<name>."):
 		root, rel = reflect.ValueOf(DefaultStream()), strings.TrimPrefix(k.path, "streams.<name>.")
 	case strings.HasPrefix(k.path, "drivers.<name>."):
-		typ := ""
-		if k.only != nil {
-			typ = k.only[0]
+		rel = strings.TrimPrefix(k.path, "drivers.<name>.")
+		if k.only == nil { // type
+			return "—"
 		}
-		root, rel = reflect.ValueOf(DefaultDriver(typ)), strings.TrimPrefix(k.path, "drivers.<name>.")
+		reg, _ := registry.Lookup(k.only[0])
+		root = reflect.ValueOf(reg.Options())
 	default:
 		root = reflect.ValueOf(Default())
 	}
@@ -78,7 +79,7 @@ func TestDocsListEveryKeyAndNoOther(t *testing.T) {
 		byKey[r.key] = r
 	}
 	known := map[string]bool{}
-	for _, k := range knownKeys() {
+	for _, k := range knownKeys(registry) {
 		known[k.path] = true
 		r, ok := byKey[k.path]
 		if !ok {

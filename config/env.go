@@ -32,7 +32,7 @@ func (d *decoder) env(cfg *Config, environ []string) {
 	}
 	// Suggest against the names that exist once every variable has been applied, so
 	// that a stream created by one variable helps spot a typo in another.
-	candidates := envNames(root)
+	candidates := d.envNames(root)
 	for _, name := range unknown {
 		path := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix), "__", "."))
 		hint := ""
@@ -51,7 +51,13 @@ func (d *decoder) envSet(v reflect.Value, rest, path, name, raw string) bool {
 		return d.envSetEntry(v, rest, path, name, raw)
 	}
 	for _, f := range fieldsOf(v.Type()) {
-		fv, p := v.Field(f.index), join(path, f.name)
+		fv, p := v.FieldByIndex(f.index), join(path, f.name)
+		if f.kind == kindOptions {
+			if d.envSetOptions(v, fv, rest, path, name, raw) {
+				return true
+			}
+			continue
+		}
 		if f.kind == kindStruct || f.kind == kindMap {
 			if tail, ok := strings.CutPrefix(rest, f.env+"__"); ok && d.envSet(fv, tail, p, name, raw) {
 				return true
@@ -69,6 +75,67 @@ func (d *decoder) envSet(v reflect.Value, rest, path, name, raw string) bool {
 		return true
 	}
 	return false
+}
+
+// envSetOptions applies a variable to the options of the driver drv, whose field
+// Options is fv. A key that only other driver types have is a problem named as theirs.
+func (d *decoder) envSetOptions(drv, fv reflect.Value, rest, path, name, raw string) bool {
+	typ := drv.Interface().(Driver).Type
+	if t, ok := d.envTypes[strings.TrimPrefix(path, "drivers.")]; ok {
+		typ = t
+	}
+	reg, ok := d.registry.Lookup(typ)
+	if !ok {
+		return false
+	}
+	o := reflect.New(reflect.TypeOf(reg.Options())).Elem()
+	if fv.IsNil() || fv.Elem().Type() != o.Type() {
+		o.Set(reflect.ValueOf(reg.Options()))
+	} else {
+		o.Set(fv.Elem())
+	}
+	if d.envSet(o, rest, path, name, raw) {
+		fv.Set(o)
+		return true
+	}
+	var types []string
+	var key string
+	for _, r := range d.registry {
+		if r.Type == typ {
+			continue
+		}
+		for _, k := range optionKeys(reflect.TypeOf(r.Options()), "") {
+			if strings.ToUpper(strings.ReplaceAll(k, ".", "__")) == rest {
+				types, key = append(types, r.Type), k
+			}
+		}
+	}
+	if len(types) == 0 {
+		return false
+	}
+	d.ps.add(join(path, key), "%s (from %s)", onlyText(types), name)
+	return true
+}
+
+// envDriverTypes finds the driver types the environment sets
+// (OUTBOXD_DRIVERS__<NAME>__TYPE), by driver name; the first occurrence wins.
+func envDriverTypes(environ []string) map[string]string {
+	types := map[string]string{}
+	for _, kv := range environ {
+		name, raw, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		entry, isDriver := strings.CutPrefix(name, envPrefix+"DRIVERS__")
+		entry, isType := strings.CutSuffix(entry, "__TYPE")
+		if !isDriver || !isType || entry == "" {
+			continue
+		}
+		if _, seen := types[strings.ToLower(entry)]; !seen {
+			types[strings.ToLower(entry)] = raw
+		}
+	}
+	return types
 }
 
 // envSetEntry applies a variable inside a map. The entry name runs up to a "__"; names
@@ -108,12 +175,12 @@ func (d *decoder) envSetEntry(v reflect.Value, rest, path, name, raw string) boo
 
 // envNames lists the variable of every leaf setting that exists in v, map entries
 // included, for suggestions.
-func envNames(v reflect.Value) []string {
+func (d *decoder) envNames(v reflect.Value) []string {
 	var names []string
-	eachLeaf(v, "", nil, func(path string, _ reflect.Value, _ field, _ []string) {
+	eachLeaf(v, "", func(path string, _ reflect.Value, _ field) {
 		names = append(names, envFor(path))
 	})
-	for _, k := range knownKeys() {
+	for _, k := range knownKeys(d.registry) {
 		if !strings.Contains(k.path, "<name>") {
 			continue
 		}

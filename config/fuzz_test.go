@@ -28,7 +28,7 @@ func FuzzLoad(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := Load(path, nil)
+		cfg, err := Load(path, nil, registry)
 		if err != nil {
 			var ps *Problems
 			if !errors.As(err, &ps) || len(ps.List) == 0 {
@@ -51,7 +51,7 @@ func FuzzLoad(f *testing.F) {
 		if hasSecret(cfg) {
 			return
 		}
-		again, err := Load(writeFile(t, string(out)), nil)
+		again, err := Load(writeFile(t, string(out)), nil, registry)
 		if err != nil {
 			t.Fatalf("YAML() of an accepted config does not load: %v\n%s", err, out)
 		}

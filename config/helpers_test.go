@@ -6,7 +6,44 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
+	"github.com/outboxd/outboxd/router/drivers"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
+	"github.com/outboxd/outboxd/router/nats"
 )
+
+// registry is the driver types outboxd is built with.
+var registry = drivers.All()
+
+// driverOf returns a driver of the registered type typ with its defaults, edited by f.
+func driverOf[O router.Options](typ string, f func(*O)) Driver {
+	reg, ok := registry.Lookup(typ)
+	if !ok {
+		panic("no driver type " + typ)
+	}
+	o := reg.Options().(O)
+	if f != nil {
+		f(&o)
+	}
+	return Driver{Type: typ, Options: o}
+}
+
+func kafkaDriver(f func(*kafka.Options)) Driver         { return driverOf(kafka.Type, f) }
+func natsDriver(f func(*nats.Options)) Driver           { return driverOf(nats.Type, f) }
+func jetstreamDriver(f func(*jetstream.Options)) Driver { return driverOf(jetstream.Type, f) }
+func discardDriver() Driver                             { return driverOf[discard.Options](discard.Type, nil) }
+
+// editOptions changes the options of the driver called name.
+func editOptions[O router.Options](c *Config, name string, f func(*O)) {
+	d := c.Drivers[name]
+	o := d.Options.(O)
+	f(&o)
+	d.Options = o
+	c.Drivers[name] = d
+}
 
 // writeFile writes a configuration file for one test and returns its path.
 func writeFile(t *testing.T, content string) string {
@@ -25,7 +62,7 @@ func mustLoad(t *testing.T, content string, environ ...string) *Config {
 	if content != "" {
 		path = writeFile(t, content)
 	}
-	cfg, err := Load(path, environ)
+	cfg, err := Load(path, environ, registry)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -43,7 +80,7 @@ func loadProblems(t *testing.T, content string, environ ...string) *Problems {
 	if content != "" {
 		path = writeFile(t, content)
 	}
-	cfg, err := Load(path, environ)
+	cfg, err := Load(path, environ, registry)
 	if err == nil {
 		t.Fatalf("Load succeeded, want problems; effective config:\n%s", cfg.YAML())
 	}
@@ -78,15 +115,18 @@ func wantKeys(t *testing.T, ps *Problems, keys ...string) {
 // test case.
 func validConfig() Config {
 	c := Default()
-	bus := DefaultDriver(TypeKafka)
-	bus.Brokers = []string{"k1:9092", "k2:9092"}
-	events := DefaultDriver(TypeNATS)
-	events.URL = "nats://n1:4222,nats://n2:4222"
-	js := DefaultDriver(TypeJetStream)
-	js.URL = "nats://n1:4222"
+	bus := kafkaDriver(func(o *kafka.Options) { o.Brokers = []string{"k1:9092", "k2:9092"} })
+	events := natsDriver(func(o *nats.Options) { o.URL = "nats://n1:4222,nats://n2:4222" })
+	js := jetstreamDriver(func(o *jetstream.Options) { o.URL = "nats://n1:4222" })
 	c.Drivers = map[string]Driver{"bus": bus, "events": events, "js": js}
 	orders := DefaultStream()
 	orders.Driver = "bus"
 	c.Streams = map[string]Stream{"orders": orders}
 	return c
+}
+
+// optionsOf returns the options of the driver called name.
+func optionsOf[O router.Options](c *Config, name string) O {
+	o, _ := c.Drivers[name].Options.(O)
+	return o
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"reflect"
 	"strings"
+
+	"github.com/outboxd/outboxd/router"
 )
 
 // Load builds the configuration: Default, overlaid by the YAML file at path (none when
@@ -13,9 +15,13 @@ import (
 // malformed file, unknown keys and variables, values of the wrong type, and every
 // Validate problem. A key whose value did not parse, or whose section did not, is not
 // validated again.
-func Load(path string, environ []string) (*Config, error) {
+//
+// drivers is the list of driver types this build knows (router/drivers.All): a
+// drivers.<name>.type selects one, and the rest of that section is decoded into its
+// options.
+func Load(path string, environ []string, drivers router.Registry) (*Config, error) {
 	cfg := Default()
-	d := newDecoder()
+	d := newDecoder(drivers, environ)
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -25,7 +31,7 @@ func Load(path string, environ []string) (*Config, error) {
 		}
 	}
 	d.env(&cfg, environ)
-	d.driverDefaults(&cfg)
+	d.resolveDrivers(&cfg)
 
 	failed := map[string]bool{}
 	for _, p := range d.ps.list {
@@ -64,29 +70,15 @@ func underFailed(key string, failed map[string]bool) bool {
 	}
 }
 
-// driverDefaults fills each driver's type-specific defaults into the fields neither the
-// file nor the environment set (the type may come from one and the fields from the
-// other, so this waits until both are applied). A field explicitly set, even to its
-// zero value, on a driver of another type is a problem; Validate catches non-zero ones.
-func (d *decoder) driverDefaults(cfg *Config) {
+// resolveDrivers gives every driver of a registered type its options (the defaults of
+// its type when neither the file nor the environment set one of them) and reports
+// every type that is not registered.
+func (d *decoder) resolveDrivers(cfg *Config) {
 	for name, drv := range cfg.Drivers {
-		if !knownType(drv.Type) {
-			continue
+		if !d.withOptions(&drv) && drv.Type != "" {
+			p := join(join("drivers", name), "type")
+			d.ps.add(p, "want one of %s; got %s (%s)", strings.Join(d.registry.Types(), ", "), quoteShort(drv.Type), d.origin[p])
 		}
-		prefix := join("drivers", name)
-		def := reflect.ValueOf(DefaultDriver(drv.Type))
-		v := reflect.ValueOf(&drv).Elem()
-		eachLeaf(v, prefix, nil, func(path string, leaf reflect.Value, f field, only []string) {
-			_, set := d.origin[path]
-			switch {
-			case set && !allows(only, drv.Type) && leaf.IsZero():
-				d.ps.add(path, "%s (%s)", onlyText(only), d.origin[path])
-			case !set:
-				if dv := fieldAt(def, path[len(prefix)+1:]); !dv.IsZero() {
-					leaf.Set(dv)
-				}
-			}
-		})
 		cfg.Drivers[name] = drv
 	}
 }
@@ -95,7 +87,7 @@ func (d *decoder) driverDefaults(cfg *Config) {
 func fieldAt(v reflect.Value, path string) reflect.Value {
 	for key := range strings.SplitSeq(path, ".") {
 		f, _ := fieldNamed(v.Type(), key)
-		v = v.Field(f.index)
+		v = v.FieldByIndex(f.index)
 	}
 	return v
 }

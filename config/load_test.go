@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/router/driveropt"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
 	"github.com/outboxd/outboxd/table"
 )
 
@@ -63,13 +66,13 @@ func TestDefaultStreamAndDriversCarryTheDocumentedDefaults(t *testing.T) {
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("DefaultStream() = %+v, want %+v", s, want)
 	}
-	k := DefaultDriver(TypeKafka)
-	if k.ClientID != "outboxd" || k.Compression != "none" || k.WriteTimeout != 10*time.Second || k.PublishTimeout != 0 {
-		t.Errorf("DefaultDriver(kafka) = %+v", k)
+	k := kafkaDriver(nil).Options.(kafka.Options)
+	if k.ClientID != "outboxd" || k.Compression != "none" || k.WriteTimeout != 10*time.Second {
+		t.Errorf("kafka.DefaultOptions() = %+v", k)
 	}
-	js := DefaultDriver(TypeJetStream)
-	if js.PublishTimeout != 5*time.Second || js.MaxInFlight != 1024 || js.ClientID != "" {
-		t.Errorf("DefaultDriver(jetstream) = %+v", js)
+	js := jetstreamDriver(nil).Options.(jetstream.Options)
+	if js.PublishTimeout != 5*time.Second || js.MaxInFlight != 1024 {
+		t.Errorf("jetstream.DefaultOptions() = %+v", js)
 	}
 }
 
@@ -132,7 +135,7 @@ streams:
 			return diff(c.Janitor.Interval, 20*time.Second)
 		}},
 		{"A list is comma-separated and trimmed.", []string{"OUTBOXD_DRIVERS__BUS__BROKERS=h1:9092, h2:9092,"}, func(c *Config) string {
-			return diff(c.Drivers["bus"].Brokers, []string{"h1:9092", "h2:9092"})
+			return diff(optionsOf[kafka.Options](c, "bus").Brokers, []string{"h1:9092", "h2:9092"})
 		}},
 		{"A variable changes one field of an entry the file made and keeps the rest.", []string{"OUTBOXD_STREAMS__ORDERS__CONCURRENCY=8"}, func(c *Config) string {
 			return diff([]int{c.Streams["orders"].Concurrency, c.Streams["orders"].BatchSize}, []int{8, 50})
@@ -150,7 +153,7 @@ streams:
 			return diff(c.Streams["my_stream_"].Driver, "bus")
 		}},
 		{"A boolean may be 1 or 0.", []string{"OUTBOXD_JANITOR__PARTITIONS__ENABLED=1", "OUTBOXD_DRIVERS__BUS__ALLOW_AUTO_TOPIC_CREATION=TRUE"}, func(c *Config) string {
-			return diff([]bool{c.Janitor.Partitions.Enabled, c.Drivers["bus"].AllowAutoTopicCreation}, []bool{true, true})
+			return diff([]bool{c.Janitor.Partitions.Enabled, optionsOf[kafka.Options](c, "bus").AllowAutoTopicCreation}, []bool{true, true})
 		}},
 		{"An empty value sets an empty string.", []string{"OUTBOXD_HTTP__ADDR="}, func(c *Config) string {
 			return diff(c.HTTP.Addr, "")
@@ -158,7 +161,7 @@ streams:
 		{"A driver's type may come from the environment and get that type's defaults.", []string{
 			"OUTBOXD_DRIVERS__EVENTS__TYPE=jetstream", "OUTBOXD_DRIVERS__EVENTS__URL=nats://n1:4222",
 		}, func(c *Config) string {
-			d := c.Drivers["events"]
+			d := optionsOf[jetstream.Options](c, "events")
 			return diff([]any{d.PublishTimeout, d.MaxInFlight}, []any{5 * time.Second, 1024})
 		}},
 		{"The first of two identical names wins, as with os.Getenv.", []string{"OUTBOXD_LOG__LEVEL=debug", "OUTBOXD_LOG__LEVEL=error"}, func(c *Config) string {
@@ -246,7 +249,7 @@ func TestLoadReportsFileProblems(t *testing.T) {
 			if tc.file != "" {
 				path = writeFile(t, tc.file)
 			}
-			_, err := Load(path, nil)
+			_, err := Load(path, nil, registry)
 			ps := asProblems(t, err)
 			wantKeys(t, ps, tc.keys...)
 			if !strings.Contains(ps.Error(), tc.msgPart) {
@@ -307,14 +310,28 @@ drivers:
     brokers: [k:9092]
     max_in_flight: 10
     publish_timeout: 0s
-`)
+    url: nats://n:4222
+  js:
+    type: jetstream
+    url: nats://n:4222
+    provision: {partitions: 3, bogus: 1}
+  sink:
+    type: discard
+    tls: {enabled: true}
+`, "OUTBOXD_DRIVERS__BUS__PROVISION__ENABLED=true")
 	wantKeys(t, ps, "drivers.bus.brokers", "drivers.bus.allow_auto_topic_creation", "drivers.bus.sasl.mechanism",
-		"drivers.kf.max_in_flight", "drivers.kf.publish_timeout")
+		"drivers.kf.max_in_flight", "drivers.kf.publish_timeout", "drivers.kf.url", "drivers.js.provision.partitions",
+		"drivers.js.provision.bogus", "drivers.sink.tls.enabled", "drivers.bus.provision.enabled")
 	for _, want := range []string{
 		"drivers.bus.brokers: only valid for type kafka (line 6)",
 		"drivers.bus.allow_auto_topic_creation: only valid for type kafka (line 7)",
 		"drivers.kf.max_in_flight: only valid for type jetstream",
 		"drivers.kf.publish_timeout: only valid for types nats and jetstream",
+		"drivers.kf.url: only valid for types nats and jetstream",
+		"drivers.js.provision.partitions: only valid for type kafka",
+		"drivers.js.provision.bogus: unknown key",
+		"drivers.sink.tls.enabled: only valid for types kafka, nats and jetstream",
+		"drivers.bus.provision.enabled: only valid for types kafka and jetstream (from OUTBOXD_DRIVERS__BUS__PROVISION__ENABLED)",
 	} {
 		if !strings.Contains(ps.Error(), want) {
 			t.Errorf("problems do not contain %q:\n%v", want, ps)
@@ -327,7 +344,7 @@ func TestExplicitDriverFieldsAreNotReplacedByDefaults(t *testing.T) {
 	ps := loadProblems(t, "drivers:\n  bus:\n    type: kafka\n    brokers: [k:9092]\n    write_timeout: 0s\n")
 	wantKeys(t, ps, "drivers.bus.write_timeout")
 	cfg := mustLoad(t, "drivers:\n  bus:\n    type: kafka\n    brokers: [k:9092]\n    client_id: mine\n")
-	if got := cfg.Drivers["bus"]; got.ClientID != "mine" || got.WriteTimeout != 10*time.Second {
+	if got := optionsOf[kafka.Options](cfg, "bus"); got.ClientID != "mine" || got.WriteTimeout != 10*time.Second {
 		t.Errorf("driver = %+v, want client_id mine and the default write_timeout", got)
 	}
 }
@@ -342,9 +359,7 @@ func TestYAMLLoadsBackToTheSameConfig(t *testing.T) {
 	s := want.Streams["orders"]
 	s.MaxDefer, s.DeadLetter, s.TopicPrefix = 36*time.Hour, DeadLetter{Driver: "events", Topic: "dlq"}, "true"
 	want.Streams["orders"] = s
-	d := want.Drivers["bus"]
-	d.TLS = TLS{Enabled: true, CAFile: "/ca.pem"}
-	want.Drivers["bus"] = d
+	editOptions(&want, "bus", func(o *kafka.Options) { o.TLS = driveropt.TLS{Enabled: true, CAFile: "/ca.pem"} })
 	if err := want.Validate(); err != nil {
 		t.Fatalf("the fixture is invalid: %v", err)
 	}

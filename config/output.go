@@ -13,8 +13,8 @@ import (
 )
 
 // YAML renders the effective configuration, redacted, with the keys the file uses, for
-// `outboxd config check`. A driver shows only the fields of its type, so the output of
-// a valid configuration loads back to the same configuration (secrets aside).
+// `outboxd config check`. A driver shows its type and its options, so the output of a
+// valid configuration loads back to the same configuration (secrets aside).
 func (c Config) YAML() []byte {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
@@ -32,27 +32,6 @@ func (c Config) LogValue() slog.Value { return toLogValue(reflect.ValueOf(c.Reda
 // LogValue implements slog.LogValuer with the redacted driver.
 func (d Driver) LogValue() slog.Value { return toLogValue(reflect.ValueOf(d.Redacted())) }
 
-// shownFields are the fields of the section v worth printing: for a driver of a known
-// type, those of its type; for a driver of an unknown type, those that are set.
-func shownFields(v reflect.Value) []field {
-	fs := fieldsOf(v.Type())
-	if v.Type() == provisionType {
-		// It does not know its driver's type: a field of one type is shown when set,
-		// and each type's defaults set only its own.
-		return slices.DeleteFunc(slices.Clone(fs), func(f field) bool { return f.only != nil && v.Field(f.index).IsZero() })
-	}
-	if v.Type() != driverType {
-		return fs
-	}
-	typ := v.Interface().(Driver).Type
-	return slices.DeleteFunc(slices.Clone(fs), func(f field) bool {
-		if knownType(typ) {
-			return !allows(f.only, typ)
-		}
-		return f.only != nil && v.Field(f.index).IsZero()
-	})
-}
-
 func sortedKeys(m reflect.Value) []reflect.Value {
 	keys := m.MapKeys()
 	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
@@ -67,8 +46,15 @@ func toNode(v reflect.Value) *yaml.Node {
 	switch kindOf(v.Type()) {
 	case kindStruct:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		for _, f := range shownFields(v) {
-			n.Content = append(n.Content, scalarNode("!!str", f.name), toNode(v.Field(f.index)))
+		for _, f := range fieldsOf(v.Type()) {
+			fv := v.FieldByIndex(f.index)
+			if f.kind == kindOptions { // its keys sit in the driver's section
+				if !fv.IsNil() {
+					n.Content = append(n.Content, toNode(fv.Elem()).Content...)
+				}
+				continue
+			}
+			n.Content = append(n.Content, scalarNode("!!str", f.name), toNode(fv))
 		}
 		return n
 	case kindMap:
@@ -115,8 +101,15 @@ func toLogValue(v reflect.Value) slog.Value {
 	switch kindOf(v.Type()) {
 	case kindStruct:
 		var attrs []slog.Attr
-		for _, f := range shownFields(v) {
-			attrs = append(attrs, slog.Attr{Key: f.name, Value: toLogValue(v.Field(f.index))})
+		for _, f := range fieldsOf(v.Type()) {
+			fv := v.FieldByIndex(f.index)
+			if f.kind == kindOptions { // its keys sit in the driver's group
+				if !fv.IsNil() {
+					attrs = append(attrs, toLogValue(fv.Elem()).Group()...)
+				}
+				continue
+			}
+			attrs = append(attrs, slog.Attr{Key: f.name, Value: toLogValue(fv)})
 		}
 		return slog.GroupValue(attrs...)
 	case kindMap:

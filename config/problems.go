@@ -5,21 +5,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // FileKey is the Problem.Key of problems with the file as a whole: it cannot be read,
 // is not YAML, or is not a mapping.
 const FileKey = "(file)"
 
-// Problem is one thing wrong with the configuration.
-type Problem struct {
-	// Key is the dotted path of the setting ("streams.orders.batch_size"), the name of
-	// an environment variable that matches no setting, or FileKey.
-	Key string
-	Msg string
-}
-
-func (p Problem) Error() string { return p.Key + ": " + p.Msg }
+// Problem is one thing wrong with the configuration. Its Key is the dotted path of
+// the setting ("streams.orders.batch_size"), the name of an environment variable that
+// matches no setting, or FileKey. It is the type driver options report theirs in.
+type Problem = driveropt.Problem
 
 // Problems is every problem found, sorted by key. Load and Validate return it as their
 // error so that an operator fixes a configuration in one pass, not one error per run.

@@ -1,15 +1,14 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/pgdsn"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // Redacted returns a deep copy safe to print: every non-empty Secret holds [REDACTED],
@@ -46,8 +45,16 @@ func redactValue(v reflect.Value, how string) {
 		}
 	case kindStruct:
 		for _, f := range fieldsOf(v.Type()) {
-			redactValue(v.Field(f.index), f.redact)
+			redactValue(v.FieldByIndex(f.index), f.redact)
 		}
+	case kindOptions:
+		if v.IsNil() {
+			return
+		}
+		o := reflect.New(v.Elem().Type()).Elem()
+		o.Set(v.Elem())
+		redactValue(o, "")
+		v.Set(o)
 	case kindMap:
 		if v.IsNil() {
 			return
@@ -75,18 +82,14 @@ func redactURLs(s string) string {
 	return strings.Join(parts, ",")
 }
 
-// urlParseProblem explains why url.Parse rejected s without quoting any credential:
-// it parses s again with the credentials replaced, and blames them if that succeeds.
+// redactURL replaces the credentials in a URL with repl (see driveropt.RedactURL).
+func redactURL(s, repl string, userIsSecret bool) string {
+	return driveropt.RedactURL(s, repl, userIsSecret)
+}
+
+// urlParseProblem explains why url.Parse rejected s without quoting any credential.
 func urlParseProblem(s string, userIsSecret bool) string {
-	_, err := url.Parse(pgdsn.RedactURL(s, "x", userIsSecret))
-	if err == nil {
-		return "the user name or password is not percent-encoded correctly"
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	return strings.TrimPrefix(err.Error(), "net/url: ")
+	return driveropt.URLParseProblem(s, userIsSecret)
 }
 
 // RedactParseError returns err with the DSN a pgx parse error quotes redacted

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outboxd/outboxd/router"
 )
 
 // The schema of keys is the Config struct itself: decoding, the environment names,
@@ -24,26 +26,30 @@ const (
 	kindList
 	kindStruct
 	kindMap
+	// kindOptions is Driver.Options: a driver type's options struct, whose keys sit
+	// inline in the driver's section.
+	kindOptions
 )
 
 // String names the kind as docs/configuration.md does in its Type column.
 func (k kind) String() string {
-	return [...]string{"string", "secret", "int", "bool", "float", "duration", "list", "section", "map"}[k]
+	return [...]string{"string", "secret", "int", "bool", "float", "duration", "list", "section", "map", "options"}[k]
 }
 
 // want describes a value of this kind for a type error.
 func (k kind) want() string {
 	return [...]string{"a string", "a string", "an integer", "true or false", "a number",
-		"a duration such as 500ms or 30s", "a list", "a mapping of settings", "a mapping of names to settings"}[k]
+		"a duration such as 500ms or 30s", "a list", "a mapping of settings", "a mapping of names to settings",
+		"a mapping of settings"}[k]
 }
 
 var (
-	durationType  = reflect.TypeFor[time.Duration]()
-	secretType    = reflect.TypeFor[Secret]()
-	streamType    = reflect.TypeFor[Stream]()
-	driverType    = reflect.TypeFor[Driver]()
-	provisionType = reflect.TypeFor[Provision]()
-	configType    = reflect.TypeFor[Config]()
+	durationType = reflect.TypeFor[time.Duration]()
+	secretType   = reflect.TypeFor[Secret]()
+	streamType   = reflect.TypeFor[Stream]()
+	driverType   = reflect.TypeFor[Driver]()
+	optionsType  = reflect.TypeFor[router.Options]()
+	configType   = reflect.TypeFor[Config]()
 )
 
 func kindOf(t reflect.Type) kind {
@@ -52,6 +58,8 @@ func kindOf(t reflect.Type) kind {
 		return kindDuration
 	case t == secretType:
 		return kindSecret
+	case t == optionsType:
+		return kindOptions
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -80,16 +88,21 @@ func kindOf(t reflect.Type) kind {
 type field struct {
 	name   string // key in the file
 	env    string // key as an environment variable segment
-	index  int    // struct field index
+	index  []int  // struct field index, through inline embedded structs
 	kind   kind   // what it holds
 	typ    reflect.Type
-	only   []string // driver types it belongs to; nil for all
-	redact string   // how to strip credentials from a plain string: "dsn", "urls" or ""
+	redact string // how to strip credentials from a plain string: "dsn", "urls" or ""
 }
 
 var fieldCache sync.Map // reflect.Type → []field
 
-// fieldsOf lists the keys of a section struct in declaration order.
+// inline is the yaml tag of a field whose keys belong to the section holding it: an
+// embedded struct (options two drivers share) or Driver.Options.
+const inline = ",inline"
+
+// fieldsOf lists the keys of a section struct in declaration order; the keys of an
+// embedded struct tagged inline appear in its place. Driver.Options is listed with
+// the name "" and kindOptions: its keys depend on the driver's type.
 func fieldsOf(t reflect.Type) []field {
 	if fs, ok := fieldCache.Load(t); ok {
 		return fs.([]field)
@@ -98,15 +111,22 @@ func fieldsOf(t reflect.Type) []field {
 	for i := range t.NumField() {
 		sf := t.Field(i)
 		name := sf.Tag.Get("yaml")
-		if name == "" || !sf.IsExported() {
+		switch {
+		case !sf.IsExported() || name == "":
 			panic("config: field " + t.Name() + "." + sf.Name + " has no yaml tag")
+		case name == inline && sf.Anonymous && sf.Type.Kind() == reflect.Struct:
+			for _, f := range fieldsOf(sf.Type) {
+				f.index = append([]int{i}, f.index...)
+				fs = append(fs, f)
+			}
+			continue
+		case name == inline && sf.Type == optionsType:
+			name = ""
+		case name == inline:
+			panic("config: field " + t.Name() + "." + sf.Name + " cannot be inline")
 		}
-		f := field{name: name, env: strings.ToUpper(name), index: i, kind: kindOf(sf.Type), typ: sf.Type,
-			redact: sf.Tag.Get("redact")}
-		if only := sf.Tag.Get("only"); only != "" {
-			f.only = strings.Split(only, ",")
-		}
-		fs = append(fs, f)
+		fs = append(fs, field{name: name, env: strings.ToUpper(name), index: []int{i}, kind: kindOf(sf.Type), typ: sf.Type,
+			redact: sf.Tag.Get("redact")})
 	}
 	fieldCache.Store(t, fs)
 	return fs
@@ -114,21 +134,14 @@ func fieldsOf(t reflect.Type) []field {
 
 func fieldNamed(t reflect.Type, name string) (field, bool) {
 	for _, f := range fieldsOf(t) {
-		if f.name == name {
+		if f.name == name && f.kind != kindOptions {
 			return f, true
 		}
 	}
 	return field{}, false
 }
 
-// allows reports whether a field restricted to only belongs to a driver of type typ.
-func allows(only []string, typ string) bool { return only == nil || slices.Contains(only, typ) }
-
-func knownType(typ string) bool {
-	return typ == TypeKafka || typ == TypeNATS || typ == TypeJetStream || typ == TypeDiscard
-}
-
-// onlyText is the problem for a field set on a driver of another type.
+// onlyText is the problem for a key of other driver types set on a driver.
 func onlyText(only []string) string {
 	if len(only) == 1 {
 		return "only valid for type " + only[0]
@@ -168,54 +181,80 @@ type keyInfo struct {
 	path string
 	env  string
 	kind kind
-	only []string
+	only []string // the driver types whose options hold the key; nil outside options
 }
 
-// knownKeys lists every leaf key in declaration order.
-func knownKeys() []keyInfo {
+// knownKeys lists every leaf key in declaration order. The keys of driver options
+// follow the driver's type, each once, with the registered types that have it.
+func knownKeys(reg router.Registry) []keyInfo {
 	var keys []keyInfo
-	var walk func(t reflect.Type, path string, only []string)
-	walk = func(t reflect.Type, path string, only []string) {
+	at := map[string]int{}
+	var walk func(t reflect.Type, path, typ string)
+	walk = func(t reflect.Type, path, typ string) {
 		for _, f := range fieldsOf(t) {
-			p, o := join(path, f.name), f.only
-			if o == nil {
-				o = only
-			}
+			p := join(path, f.name)
 			switch f.kind {
 			case kindStruct:
-				walk(f.typ, p, o)
+				walk(f.typ, p, typ)
 			case kindMap:
-				walk(f.typ.Elem(), p+".<name>", o)
+				walk(f.typ.Elem(), p+".<name>", typ)
+			case kindOptions:
+				for _, r := range reg {
+					walk(reflect.TypeOf(r.Options()), path, r.Type)
+				}
 			default:
-				keys = append(keys, keyInfo{path: p, env: envFor(p), kind: f.kind, only: o})
+				if i, ok := at[p]; ok {
+					keys[i].only = append(keys[i].only, typ)
+					continue
+				}
+				k := keyInfo{path: p, env: envFor(p), kind: f.kind}
+				if typ != "" {
+					k.only = []string{typ}
+				}
+				at[p] = len(keys)
+				keys = append(keys, k)
 			}
 		}
 	}
-	walk(configType, "", nil)
+	walk(configType, "", "")
 	return keys
 }
 
-// eachLeaf calls fn for every leaf under the struct v, with its dotted path and the
-// driver types it belongs to. Map entries are visited in sorted order; fn may set the
-// leaf when v is addressable and holds no maps.
-func eachLeaf(v reflect.Value, path string, only []string, fn func(path string, v reflect.Value, f field, only []string)) {
-	for _, f := range fieldsOf(v.Type()) {
-		p, o := join(path, f.name), f.only
-		if o == nil {
-			o = only
+// optionKeys lists the leaf keys of an options type, relative to its section.
+func optionKeys(t reflect.Type, path string) []string {
+	var keys []string
+	for _, f := range fieldsOf(t) {
+		p := join(path, f.name)
+		if f.kind == kindStruct {
+			keys = append(keys, optionKeys(f.typ, p)...)
+			continue
 		}
-		fv := v.Field(f.index)
+		keys = append(keys, p)
+	}
+	return keys
+}
+
+// eachLeaf calls fn for every leaf under the struct v, with its dotted path. Map
+// entries are visited in sorted order.
+func eachLeaf(v reflect.Value, path string, fn func(path string, v reflect.Value, f field)) {
+	for _, f := range fieldsOf(v.Type()) {
+		p := join(path, f.name)
+		fv := v.FieldByIndex(f.index)
 		switch f.kind {
 		case kindStruct:
-			eachLeaf(fv, p, o, fn)
+			eachLeaf(fv, p, fn)
+		case kindOptions:
+			if !fv.IsNil() {
+				eachLeaf(fv.Elem(), path, fn)
+			}
 		case kindMap:
 			keys := fv.MapKeys()
 			slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
 			for _, k := range keys {
-				eachLeaf(fv.MapIndex(k), join(p, k.String()), o, fn)
+				eachLeaf(fv.MapIndex(k), join(p, k.String()), fn)
 			}
 		default:
-			fn(p, fv, f, o)
+			fn(p, fv, f)
 		}
 	}
 }

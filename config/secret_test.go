@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
 )
 
 func TestSecretShowsOnlyWhetherItIsSet(t *testing.T) {
@@ -122,7 +125,7 @@ func assertNoSecret(t *testing.T, where, text string) {
 func TestSecretsNeverAppearInOutput(t *testing.T) {
 	t.Parallel()
 	cfg := mustLoad(t, secretFile)
-	if got := cfg.Drivers["bus"].SASL.Password.Reveal(); got != "sasl-pw-91c2" {
+	if got := optionsOf[kafka.Options](cfg, "bus").SASL.Password.Reveal(); got != "sasl-pw-91c2" {
 		t.Fatalf("the fixture did not load its secrets: %q", got)
 	}
 	var logs bytes.Buffer
@@ -134,7 +137,7 @@ func TestSecretsNeverAppearInOutput(t *testing.T) {
 		"fmt of Config":   fmt.Sprintf("%v %+v %#v", *cfg, *cfg, *cfg),
 		"fmt of drivers":  fmt.Sprintf("%v %+v %#v", cfg.Drivers, cfg.Drivers["events"], cfg.Drivers["js"]),
 		"fmt of Redacted": fmt.Sprintf("%v %+v %#v", cfg.Redacted(), cfg.Redacted().Drivers, cfg.Redacted().HTTP),
-		"Redacted Reveals": cfg.Redacted().Drivers["js"].Token.Reveal() + cfg.Redacted().HTTP.AdminToken.Reveal() +
+		"Redacted Reveals": optionsOf[jetstream.Options](new(cfg.Redacted()), "js").Token.Reveal() + cfg.Redacted().HTTP.AdminToken.Reveal() +
 			cfg.Redacted().HTTP.ReadToken.Reveal(),
 		"slog JSON": logs.String(),
 	}
@@ -154,7 +157,7 @@ func TestSecretsNeverAppearInOutput(t *testing.T) {
 	if !strings.Contains(logs.String(), `"admin_token":"[REDACTED]"`) || !strings.Contains(logs.String(), `"read_token":"[REDACTED]"`) || !strings.Contains(logs.String(), `"batch_size":100`) {
 		t.Errorf("slog output is not keyed as the file is:\n%s", logs.String())
 	}
-	if got := cfg.Drivers["js"].Token.Reveal(); got != "nats-token-55de" {
+	if got := optionsOf[jetstream.Options](cfg, "js").Token.Reveal(); got != "nats-token-55de" {
 		t.Errorf("Redacted changed the original: token %q", got)
 	}
 }

@@ -5,6 +5,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/router/driveropt"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
+	"github.com/outboxd/outboxd/router/nats"
 )
 
 func TestValidConfigPasses(t *testing.T) {
@@ -23,6 +28,9 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 	driver := func(name string, f func(*Driver)) func(*Config) {
 		return func(c *Config) { d := c.Drivers[name]; f(&d); c.Drivers[name] = d }
 	}
+	bus := func(f func(*kafka.Options)) func(*Config) { return func(c *Config) { editOptions(c, "bus", f) } }
+	events := func(f func(*nats.Options)) func(*Config) { return func(c *Config) { editOptions(c, "events", f) } }
+	js := func(f func(*jetstream.Options)) func(*Config) { return func(c *Config) { editOptions(c, "js", f) } }
 	cases := []struct {
 		name    string
 		break_  func(*Config)
@@ -63,42 +71,35 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"A dead-letter topic without a driver is a problem.", stream(func(s *Stream) { s.DeadLetter.Topic = "dlq" }), "streams.orders.dead_letter.driver", "required when dead_letter.topic is set"},
 		{"A dead-letter driver that does not exist is a problem.", stream(func(s *Stream) { s.DeadLetter = DeadLetter{Driver: "gone", Topic: "dlq"} }), "streams.orders.dead_letter.driver", `no driver named "gone"`},
 		{"A driver without a type is a problem.", driver("bus", func(d *Driver) { d.Type = "" }), "drivers.bus.type", "required"},
-		{"A driver of an unknown type is a problem.", driver("bus", func(d *Driver) { d.Type = "rabbit" }), "drivers.bus.type", "want one of kafka, nats, jetstream"},
-		{"A kafka driver without brokers is a problem.", driver("bus", func(d *Driver) { d.Brokers = nil }), "drivers.bus.brokers", "at least one host:port"},
-		{"A broker without a port is a problem.", driver("bus", func(d *Driver) { d.Brokers = []string{"k1:9092", "k2"} }), "drivers.bus.brokers", `item 2: want host:port, got "k2"`},
-		{"A broker with port 0 is a problem.", driver("bus", func(d *Driver) { d.Brokers = []string{"k1:0"} }), "drivers.bus.brokers", "1 to 65535"},
-		{"An unknown compression is a problem.", driver("bus", func(d *Driver) { d.Compression = "brotli" }), "drivers.bus.compression", "none, gzip, snappy, lz4, zstd"},
-		{"A zero write timeout is a problem.", driver("bus", func(d *Driver) { d.WriteTimeout = 0 }), "drivers.bus.write_timeout", "positive"},
-		{"An unknown SASL mechanism is a problem.", driver("bus", func(d *Driver) { d.SASL = SASL{Mechanism: "gssapi", Username: "u", Password: "p"} }), "drivers.bus.sasl.mechanism", "want one of"},
-		{"A SASL mechanism without a password is a problem.", driver("bus", func(d *Driver) { d.SASL = SASL{Mechanism: "plain", Username: "u"} }), "drivers.bus.sasl.password", "required when sasl.mechanism is set"},
-		{"A SASL user without a mechanism is a problem.", driver("bus", func(d *Driver) { d.SASL = SASL{Username: "u", Password: "p"} }), "drivers.bus.sasl.mechanism", "required when"},
-		{"A NATS URL on a kafka driver is a problem.", driver("bus", func(d *Driver) { d.URL = "nats://n:4222" }), "drivers.bus.url", "only valid for types nats and jetstream"},
-		{"Brokers on a NATS driver are a problem.", driver("events", func(d *Driver) { d.Brokers = []string{"k:9092"} }), "drivers.events.brokers", "only valid for type kafka"},
-		{"In-flight limits on a NATS driver are a problem.", driver("events", func(d *Driver) { d.MaxInFlight = 5 }), "drivers.events.max_in_flight", "only valid for type jetstream"},
-		{"A NATS driver without a URL is a problem.", driver("events", func(d *Driver) { d.URL = "" }), "drivers.events.url", "required"},
-		{"A NATS URL with another scheme is a problem.", driver("events", func(d *Driver) { d.URL = "nats://n1:4222,http://n2:4222" }), "drivers.events.url", `server 2 ("http://n2:4222"): want scheme nats`},
-		{"An empty server in a NATS list is a problem.", driver("events", func(d *Driver) { d.URL = "nats://n1:4222,,nats://n2:4222" }), "drivers.events.url", "server 2"},
-		{"A NATS token and user together are a problem.", driver("events", func(d *Driver) { d.Token, d.Username, d.Password = "t", "u", "p" }), "drivers.events.token", "choose one way"},
-		{"A NATS user without a password is a problem.", driver("events", func(d *Driver) { d.Username = "u" }), "drivers.events.username", "set both or neither"},
-		{"A zero NATS publish timeout is a problem.", driver("events", func(d *Driver) { d.PublishTimeout = 0 }), "drivers.events.publish_timeout", "positive"},
-		{"Provisioning a JetStream stream without its name is a problem.", driver("js", func(d *Driver) { d.Provision.Enabled = true }), "drivers.js.provision.stream", "required when provision.enabled is true"},
-		{"A provisioned JetStream stream name with a dot is a problem.", driver("js", func(d *Driver) { d.Provision.Stream = "a.b" }), "drivers.js.provision.stream", "ASCII letters, digits"},
-		{"An unknown JetStream retention is a problem.", driver("js", func(d *Driver) { d.Provision.Retention = "forever" }), "drivers.js.provision.retention", "want one of limits, interest, workqueue"},
-		{"A JetStream duplicate window under a second is a problem.", driver("js", func(d *Driver) { d.Provision.DuplicateWindow = time.Millisecond }), "drivers.js.provision.duplicate_window", "between 1s and 168h"},
-		{"A Kafka topic of no partitions is a problem.", driver("bus", func(d *Driver) { d.Provision.Partitions = 0 }), "drivers.bus.provision.partitions", "between 1 and 10000"},
-		{"Kafka partitions on a JetStream driver are a problem.", driver("js", func(d *Driver) { d.Provision.Partitions = 3 }), "drivers.js.provision.partitions", "only valid for type kafka"},
+		{"A driver of an unknown type is a problem.", driver("bus", func(d *Driver) { d.Type, d.Options = "rabbit", nil }), "drivers.bus.type", `no driver of type "rabbit" is registered`},
+		{"A kafka driver without brokers is a problem.", bus(func(d *kafka.Options) { d.Brokers = nil }), "drivers.bus.brokers", "at least one host:port"},
+		{"A broker without a port is a problem.", bus(func(d *kafka.Options) { d.Brokers = []string{"k1:9092", "k2"} }), "drivers.bus.brokers", `item 2: want host:port, got "k2"`},
+		{"A broker with port 0 is a problem.", bus(func(d *kafka.Options) { d.Brokers = []string{"k1:0"} }), "drivers.bus.brokers", "1 to 65535"},
+		{"An unknown compression is a problem.", bus(func(d *kafka.Options) { d.Compression = "brotli" }), "drivers.bus.compression", "none, gzip, snappy, lz4, zstd"},
+		{"A zero write timeout is a problem.", bus(func(d *kafka.Options) { d.WriteTimeout = 0 }), "drivers.bus.write_timeout", "positive"},
+		{"An unknown SASL mechanism is a problem.", bus(func(d *kafka.Options) { d.SASL = kafka.SASL{Mechanism: "gssapi", Username: "u", Password: "p"} }), "drivers.bus.sasl.mechanism", "want one of"},
+		{"A SASL mechanism without a password is a problem.", bus(func(d *kafka.Options) { d.SASL = kafka.SASL{Mechanism: "plain", Username: "u"} }), "drivers.bus.sasl.password", "required when sasl.mechanism is set"},
+		{"A SASL user without a mechanism is a problem.", bus(func(d *kafka.Options) { d.SASL = kafka.SASL{Username: "u", Password: "p"} }), "drivers.bus.sasl.mechanism", "required when"},
+		{"A NATS driver without a URL is a problem.", events(func(d *nats.Options) { d.URL = "" }), "drivers.events.url", "required"},
+		{"A NATS URL with another scheme is a problem.", events(func(d *nats.Options) { d.URL = "nats://n1:4222,http://n2:4222" }), "drivers.events.url", `server 2 ("http://n2:4222"): want scheme nats`},
+		{"An empty server in a NATS list is a problem.", events(func(d *nats.Options) { d.URL = "nats://n1:4222,,nats://n2:4222" }), "drivers.events.url", "server 2"},
+		{"A NATS token and user together are a problem.", events(func(d *nats.Options) { d.Token, d.Username, d.Password = "t", "u", "p" }), "drivers.events.token", "choose one way"},
+		{"A NATS user without a password is a problem.", events(func(d *nats.Options) { d.Username = "u" }), "drivers.events.username", "set both or neither"},
+		{"A zero NATS publish timeout is a problem.", events(func(d *nats.Options) { d.PublishTimeout = 0 }), "drivers.events.publish_timeout", "positive"},
+		{"Provisioning a JetStream stream without its name is a problem.", js(func(d *jetstream.Options) { d.Provision.Enabled = true }), "drivers.js.provision.stream", "required when provision.enabled is true"},
+		{"A provisioned JetStream stream name with a dot is a problem.", js(func(d *jetstream.Options) { d.Provision.Stream = "a.b" }), "drivers.js.provision.stream", "ASCII letters, digits"},
+		{"An unknown JetStream retention is a problem.", js(func(d *jetstream.Options) { d.Provision.Retention = "forever" }), "drivers.js.provision.retention", "want one of limits, interest, workqueue"},
+		{"A JetStream duplicate window under a second is a problem.", js(func(d *jetstream.Options) { d.Provision.DuplicateWindow = time.Millisecond }), "drivers.js.provision.duplicate_window", "between 1s and 168h"},
+		{"A Kafka topic of no partitions is a problem.", bus(func(d *kafka.Options) { d.Provision.Partitions = 0 }), "drivers.bus.provision.partitions", "between 1 and 10000"},
 		{"A stream without a dotted prefix on a provisioning JetStream driver is a problem.", func(c *Config) {
-			d := c.Drivers["js"]
-			d.Provision.Enabled, d.Provision.Stream = true, "ORDERS"
-			c.Drivers["js"] = d
+			editOptions(c, "js", func(o *jetstream.Options) { o.Provision.Enabled, o.Provision.Stream = true, "ORDERS" })
 			s := c.Streams["orders"]
 			s.Driver, s.TopicPrefix = "js", "shop"
 			c.Streams["orders"] = s
 		}, "streams.orders.topic_prefix", "must end with '.' when drivers.js.provision.enabled is true"},
-		{"Provisioning on a NATS driver is a problem.", driver("events", func(d *Driver) { d.Provision.Enabled = true }), "drivers.events.provision.enabled", "only valid for types kafka and jetstream"},
-		{"A JetStream in-flight limit over 65536 is a problem.", driver("js", func(d *Driver) { d.MaxInFlight = 65537 }), "drivers.js.max_in_flight", "between 1 and 65536"},
-		{"A CA file with TLS disabled is a problem.", driver("js", func(d *Driver) { d.TLS.CAFile = "/ca.pem" }), "drivers.js.tls.ca_file", "tls.enabled is false"},
-		{"A certificate without a key is a problem.", driver("js", func(d *Driver) { d.TLS = TLS{Enabled: true, CertFile: "/c.pem"} }), "drivers.js.tls.cert_file", "set both or neither"},
+		{"A JetStream in-flight limit over 65536 is a problem.", js(func(d *jetstream.Options) { d.MaxInFlight = 65537 }), "drivers.js.max_in_flight", "between 1 and 65536"},
+		{"A CA file with TLS disabled is a problem.", js(func(d *jetstream.Options) { d.TLS.CAFile = "/ca.pem" }), "drivers.js.tls.ca_file", "tls.enabled is false"},
+		{"A certificate without a key is a problem.", js(func(d *jetstream.Options) { d.TLS = driveropt.TLS{Enabled: true, CertFile: "/c.pem"} }), "drivers.js.tls.cert_file", "set both or neither"},
 		{"A zero janitor interval is a problem.", func(c *Config) { c.Janitor.Interval = 0 }, "janitor.interval", "positive"},
 		{"A reclaim batch over 100000 is a problem.", func(c *Config) { c.Janitor.ReclaimBatch = 100001 }, "janitor.reclaim_batch", "between 1 and 100000"},
 		{"A negative retention is a problem.", func(c *Config) { c.Janitor.Retention = -time.Second }, "janitor.retention", "must not be negative"},
@@ -117,7 +118,7 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"Redacted output pasted back as a secret is a problem.", func(c *Config) { c.HTTP.AdminToken = "[REDACTED]" }, "http.admin_token", "placeholder"},
 		{"Redacted output pasted back as the DSN is a problem.", func(c *Config) { c.DatabaseURL = "host=db password=[REDACTED]" }, "database_url", "placeholder"},
 		{"Redacted output pasted back as a DSN URL is a problem.", func(c *Config) { c.DatabaseURL = "postgres://u:[REDACTED]@db/app" }, "database_url", "placeholder"},
-		{"Redacted output pasted back as a NATS URL is a problem.", driver("events", func(d *Driver) { d.URL = "nats://[REDACTED]@n:4222" }), "drivers.events.url", "placeholder"},
+		{"Redacted output pasted back as a NATS URL is a problem.", events(func(d *nats.Options) { d.URL = "nats://[REDACTED]@n:4222" }), "drivers.events.url", "placeholder"},
 		{"Tracing enabled without an endpoint is a problem.", func(c *Config) { c.Tracing.Enabled = true }, "tracing.endpoint", "required when tracing.enabled is true"},
 		{"A tracing endpoint that is not HTTP is a problem.", func(c *Config) { c.Tracing.Endpoint = "grpc://collector:4317" }, "tracing.endpoint", "scheme must be http or https"},
 		{"A sample ratio over 1 is a problem.", func(c *Config) { c.Tracing.SampleRatio = 1.5 }, "tracing.sample_ratio", "between 0 and 1"},
@@ -151,14 +152,11 @@ func TestValidateAcceptsTheEdgesOfEachRange(t *testing.T) {
 	c.Janitor.Retention = 0
 	c.Janitor.Partitions.Interval = time.Hour
 	c.Tracing = Tracing{Enabled: true, Endpoint: "https://collector:4318/v1/traces", SampleRatio: 0, ServiceName: "x"}
-	d := c.Drivers["events"]
-	d.URL = "n1:4222, tls://user:pw@n2:4222"
-	d.Username, d.Password = "", ""
-	c.Drivers["events"] = d
-	c.Drivers["0.a-b_c"] = DefaultDriver(TypeJetStream)
-	js := c.Drivers["0.a-b_c"]
-	js.URL, js.MaxInFlight = "wss://n:443", 65536
-	c.Drivers["0.a-b_c"] = js
+	editOptions(&c, "events", func(o *nats.Options) {
+		o.URL = "n1:4222, tls://user:pw@n2:4222"
+		o.Username, o.Password = "", ""
+	})
+	c.Drivers["0.a-b_c"] = jetstreamDriver(func(o *jetstream.Options) { o.URL, o.MaxInFlight = "wss://n:443", 65536 })
 	c.Streams[strings.Repeat("s", 63)] = s
 	c.ReplicaID = strings.Repeat("é", 64)
 	if err := c.Validate(); err != nil {

@@ -22,6 +22,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/drivers"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
+	"github.com/outboxd/outboxd/router/nats"
 )
 
 // The admin API every probe and scrape must reach.
@@ -67,7 +72,7 @@ func loadConfig(t *testing.T, file string, environ []string) *config.Config {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := config.Load(path, environ)
+	cfg, err := config.Load(path, environ, drivers.All())
 	if err != nil {
 		t.Fatalf("outboxd refuses this configuration:\n%v", err)
 	}
@@ -227,18 +232,19 @@ func TestComposeOutboxdIsTheImageRunningAValidConfiguration(t *testing.T) {
 	for name, s := range cfg.Streams {
 		d := cfg.Drivers[s.Driver]
 		types[name] = d.Type
-		switch d.Type {
-		case config.TypeKafka:
-			for _, b := range d.Brokers {
+		switch o := d.Options.(type) {
+		case kafka.Options:
+			for _, b := range o.Brokers {
 				host, port, _ := net.SplitHostPort(b)
 				if _, ok := c.Services[host]; !ok || !strings.Contains(c.Services[host].Environment["KAFKA_ADVERTISED_LISTENERS"], "://"+b) {
 					t.Errorf("stream %s: broker %s is not a listener the %s service advertises (port %s)", name, b, host, port)
 				}
 			}
-		case config.TypeJetStream, config.TypeNATS:
-			u, err := url.Parse(d.URL)
+		case jetstream.Options, nats.Options:
+			nc := o.(router.Summarizer).Summary().Servers[0]
+			u, err := url.Parse(nc)
 			if err != nil || c.Services[u.Hostname()].Image == "" || u.Port() != "4222" {
-				t.Errorf("stream %s: NATS URL %q does not name the compose NATS service on 4222", name, d.URL)
+				t.Errorf("stream %s: NATS URL %q does not name the compose NATS service on 4222", name, nc)
 			}
 		}
 	}
@@ -249,7 +255,7 @@ func TestComposeOutboxdIsTheImageRunningAValidConfiguration(t *testing.T) {
 			}
 		}
 	})
-	if len(cfg.Streams) != 2 || !slices.Equal(kinds, []string{config.TypeJetStream, config.TypeKafka}) {
+	if len(cfg.Streams) != 2 || !slices.Equal(kinds, []string{jetstream.Type, kafka.Type}) {
 		t.Errorf("outboxd streams → driver types %v, want two streams: one kafka, one jetstream", types)
 	}
 }

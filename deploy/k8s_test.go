@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router/drivers"
 )
 
 // The subset of Kubernetes objects these tests read.
@@ -483,7 +484,7 @@ func TestServiceLinksWouldStopOutboxd(t *testing.T) {
 			prefix + "_PORT=tcp://10.0.0.7:9600",
 			prefix + "_PORT_9600_TCP_ADDR=10.0.0.7",
 		}
-		if _, err := config.Load("", append(links, "OUTBOXD_STREAMS__S__DRIVER=d", "OUTBOXD_DRIVERS__D__TYPE=discard")); err == nil {
+		if _, err := config.Load("", append(links, "OUTBOXD_STREAMS__S__DRIVER=d", "OUTBOXD_DRIVERS__D__TYPE=discard"), drivers.All()); err == nil {
 			t.Errorf("outboxd accepts the service links of %s: enableServiceLinks: false may be dropped", name)
 		}
 	}

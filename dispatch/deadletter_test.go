@@ -14,7 +14,6 @@ import (
 	natsclient "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/testenv"
@@ -379,7 +378,7 @@ func dlWire(t *testing.T, route dispatch.DeadLetterRoute, queue int) *dlWiring {
 
 func dlNATSDriver(t *testing.T, url string) *natsdriver.Driver {
 	t.Helper()
-	cfg := config.DefaultDriver(config.TypeNATS)
+	cfg := natsdriver.DefaultOptions()
 	cfg.URL = url
 	d, err := natsdriver.New("dlq", cfg, nil)
 	must(t, err)
@@ -469,7 +468,7 @@ func TestWhileTheDeadLetterBrokerIsDownGoodRowsFlowAndForwardingResumesByItself(
 	must(t, err)
 	stream, err := js.CreateStream(f.ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}, Storage: jetstream.FileStorage})
 	must(t, err)
-	jcfg := config.DefaultDriver(config.TypeJetStream)
+	jcfg := jsdriver.DefaultOptions()
 	jcfg.URL = srv.URL()
 	dlq, err := jsdriver.New("dlq", jcfg, nil)
 	must(t, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/events/metrics"
@@ -59,7 +58,7 @@ func TestTwoOutboxesWhoseRowIdsOverlapStoreEveryMessageInOneJetStreamStream(t *t
 			idsA[0], idsA[n-1], idsB[0], idsB[n-1])
 	}
 	for _, f := range []*fixture{a, b} {
-		cfg := config.DefaultDriver(config.TypeJetStream)
+		cfg := jsdriver.DefaultOptions()
 		cfg.URL = srv.URL()
 		d, err := jsdriver.New("js", cfg, nil)
 		must(t, err)
@@ -111,7 +110,7 @@ func TestARePublishTheStreamAlreadyHeldIsCountedAsADuplicateOfItsStream(t *testi
 	_, err = js.PublishMsg(f.ctx, landed)
 	must(t, err)
 
-	cfg := config.DefaultDriver(config.TypeJetStream)
+	cfg := jsdriver.DefaultOptions()
 	cfg.URL = srv.URL()
 	d, err := jsdriver.New("js", cfg, nil)
 	must(t, err)

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/discard"
@@ -18,7 +17,7 @@ func TestAnOrderedHotKeyDrainsWithoutWaitingForPolls(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ids := f.insertKeyed(t, "orders", "events", "hot", 2000)
-	d, err := discard.New("d", config.Driver{Type: config.TypeDiscard}, nil)
+	d, err := discard.New("d", discard.Options{}, nil)
 	must(t, err)
 	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "d", Driver: d}})
 	must(t, err)

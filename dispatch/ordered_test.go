@@ -13,7 +13,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/testenv"
@@ -157,7 +156,7 @@ func TestOrderedStreamDeliversEveryKeyInOrderThroughCrashesOutagesAndExpiredLeas
 	f := setup(t)
 	const topic, partitions = "ordered", 4
 	k := testenv.NewKafka(t, partitions, topic)
-	inner, err := kafkadriver.New("k", config.Driver{Type: "kafka", Brokers: []string{k.Addr()}}, nil)
+	inner, err := kafkadriver.New("k", kafkadriver.Options{Brokers: []string{k.Addr()}}, nil)
 	must(t, err)
 	drv := &faultyDriver{inner: inner, rng: rand.New(rand.NewPCG(7, 7)), cutOne: 15}
 	rt, err := router.New([]router.Route{{Stream: "orders", DriverName: "k", Driver: drv}})

@@ -10,12 +10,13 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/router/drivers"
 )
 
 // loadConfig parses the --config flag from fs and loads the configuration.
 func loadConfig(e env, fs *flag.FlagSet) (*config.Config, error) {
 	file := fs.Lookup("config").Value.String()
-	return config.Load(config.FilePath(file, e.environ), e.environ)
+	return config.Load(config.FilePath(file, e.environ), e.environ, drivers.All())
 }
 
 // newFlags returns a flag set for a subcommand with the flags every command shares.

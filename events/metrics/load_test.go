@@ -10,13 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/natsconn"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -48,7 +48,7 @@ type dispatcher struct {
 
 var (
 	testStreams = map[string]string{"orders": "events", "audit": "events", "ledger": "offline", "sequence": "events"}
-	testDrivers = map[string]string{"events": config.TypeNATS, "offline": config.TypeNATS}
+	testDrivers = map[string]string{"events": nats.Type, "offline": nats.Type}
 )
 
 func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
@@ -62,11 +62,11 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 	down := testenv.NewNATS(t)
 	downURL := down.URL()
 	down.Stop()
-	online, err := nats.New("events", config.Driver{Type: config.TypeNATS, URL: up.URL()}, nil)
+	online, err := nats.New("events", nats.Options{Options: natsconn.Options{URL: up.URL()}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	offline, err := nats.New("offline", config.Driver{Type: config.TypeNATS, URL: downURL}, nil)
+	offline, err := nats.New("offline", nats.Options{Options: natsconn.Options{URL: downURL}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,9 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -49,7 +52,7 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 	probers := map[string]router.Prober{}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Drivers)) {
 		dc := cfg.Drivers[name]
-		if dc.Type == config.TypeDiscard {
+		if dc.Type == discard.Type {
 			continue
 		}
 		drv, err := newDriver(name, dc, quiet)
@@ -88,7 +91,7 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 			switch {
 			case err == nil:
 				oks = append(oks, fmt.Sprintf("stream %q: %s %q exists on driver %q", name, d.what, d.dest, d.driver))
-			case errors.As(err, &missing) && dc.Provision.Enabled:
+			case errors.As(err, &missing) && summary(dc).Provision:
 				oks = append(oks, fmt.Sprintf("stream %q: %s on %s; driver %q creates it (provision.enabled)", name, missing, where(dc), d.driver))
 			case errors.As(err, &missing):
 				problem("stream %q: %s on %s: %s, or set drivers.%s.provision.enabled: true", name, missing, where(dc), d.fix, d.driver)
@@ -126,13 +129,13 @@ func destinations(cfg *config.Config, s config.Stream) []destination {
 	var out []destination
 	add := func(driver, dest string) {
 		switch cfg.Drivers[driver].Type {
-		case config.TypeJetStream:
+		case jetstream.Type:
 			out = append(out, destination{driver, dest, "subject", "create a stream capturing it"})
-		case config.TypeKafka:
+		case kafka.Type:
 			out = append(out, destination{driver, dest, "topic", "create it"})
 		}
 	}
-	if cfg.Drivers[s.Driver].Type == config.TypeJetStream && s.TopicPrefix != "" {
+	if cfg.Drivers[s.Driver].Type == jetstream.Type && s.TopicPrefix != "" {
 		add(s.Driver, s.TopicPrefix+">")
 	}
 	if dl := s.DeadLetter; dl.Driver != "" {
@@ -143,10 +146,15 @@ func destinations(cfg *config.Config, s config.Stream) []destination {
 
 // where names a driver's servers, credentials redacted.
 func where(d config.Driver) string {
-	if d.Type == config.TypeKafka {
-		return strings.Join(d.Brokers, ",")
+	return strings.Join(summary(d.Redacted()).Servers, ",")
+}
+
+// summary is what the driver's options say about its servers and provisioning.
+func summary(d config.Driver) router.Summary {
+	if s, ok := d.Options.(router.Summarizer); ok {
+		return s.Summary()
 	}
-	return d.Redacted().URL
+	return router.Summary{}
 }
 
 // openStore connects to the configured table with a small pool and checks its schema;

@@ -18,10 +18,7 @@ import (
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/router/discard"
-	"github.com/outboxd/outboxd/router/jetstream"
-	"github.com/outboxd/outboxd/router/kafka"
-	"github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/drivers"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -256,17 +253,7 @@ func pipelineConfig(name string, s config.Stream, replica string) dispatch.Pipel
 }
 
 func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver, error) {
-	switch d.Type {
-	case config.TypeKafka:
-		return kafka.New(name, d, logger)
-	case config.TypeNATS:
-		return nats.New(name, d, logger)
-	case config.TypeJetStream:
-		return jetstream.New(name, d, logger)
-	case config.TypeDiscard:
-		return discard.New(name, d, logger)
-	}
-	return nil, fmt.Errorf("drivers.%s.type: unknown driver type %q", name, d.Type)
+	return drivers.All().Build(name, d.Type, d.Options, logger)
 }
 
 // CheckSchema refuses to start on a schema this build does not expect, naming the fix.

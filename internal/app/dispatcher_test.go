@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"github.com/outboxd/outboxd/router/drivers"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,7 @@ func TestAStreamWithFlowOffRunsAPipelineThatNeverFlows(t *testing.T) {
 	t.Parallel()
 	for value, noFlow := range map[string]bool{"false": true, "true": false} {
 		cfg, err := config.Load("", []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink",
-			"OUTBOXD_STREAMS__ORDERS__FLOW=" + value})
+			"OUTBOXD_STREAMS__ORDERS__FLOW=" + value}, drivers.All())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestAStreamsFlowRateReachesItsPipeline(t *testing.T) {
 		if value != "" {
 			env = append(env, "OUTBOXD_STREAMS__ORDERS__FLOW_RATE="+value)
 		}
-		cfg, err := config.Load("", env)
+		cfg, err := config.Load("", env, drivers.All())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,9 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
+	jsdrv "github.com/outboxd/outboxd/router/jetstream"
+	kafkadrv "github.com/outboxd/outboxd/router/kafka"
+	natsdrv "github.com/outboxd/outboxd/router/nats"
 )
 
 // world is a complete set of real parts: a migrated outbox table, an embedded
@@ -51,13 +54,14 @@ func newWorld(t testing.TB) *world {
 	cfg := config.Default()
 	cfg.DatabaseURL = w.pg.DSN
 	cfg.Schema, cfg.TableName = w.pg.Table.Schema, w.pg.Table.Table
-	kd := config.DefaultDriver(config.TypeKafka)
+	kd := kafkadrv.DefaultOptions()
 	kd.Brokers = []string{w.kafka.Addr()}
-	nd := config.DefaultDriver(config.TypeNATS)
+	nd := natsdrv.DefaultOptions()
 	nd.URL = w.core.URL()
-	jd := config.DefaultDriver(config.TypeJetStream)
+	jd := jsdrv.DefaultOptions()
 	jd.URL = w.js.URL()
-	cfg.Drivers = map[string]config.Driver{"kafka": kd, "nats": nd, "jetstream": jd}
+	cfg.Drivers = map[string]config.Driver{"kafka": {Type: kafkadrv.Type, Options: kd}, "nats": {Type: natsdrv.Type, Options: nd},
+		"jetstream": {Type: jsdrv.Type, Options: jd}}
 	stream := func(driver, prefix string) config.Stream {
 		s := config.DefaultStream()
 		s.Driver, s.TopicPrefix, s.PollInterval = driver, prefix, 50*time.Millisecond

@@ -27,6 +27,8 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/router/discard"
+	natsdrv "github.com/outboxd/outboxd/router/nats"
 )
 
 // The PostgreSQL TLS path, exercised end to end: migrations, the pool, the listener and
@@ -69,9 +71,9 @@ func deliverOverTLS(t *testing.T, ctx context.Context, dsn string) {
 	nats := testenv.NewNATS(t)
 	cfg := config.Default()
 	cfg.DatabaseURL, cfg.ReplicaID, cfg.HTTP.Addr = dsn, "tls-test", ""
-	drv := config.DefaultDriver(config.TypeNATS)
+	drv := natsdrv.DefaultOptions()
 	drv.URL = nats.URL()
-	cfg.Drivers = map[string]config.Driver{"bus": drv}
+	cfg.Drivers = map[string]config.Driver{"bus": {Type: natsdrv.Type, Options: drv}}
 	s := config.DefaultStream()
 	s.Driver, s.PollInterval = "bus", 50*time.Millisecond
 	cfg.Streams = map[string]config.Stream{"orders": s}
@@ -129,7 +131,7 @@ func refusedByVerification(t *testing.T, ctx context.Context, dsn string) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DatabaseURL, cfg.ReplicaID, cfg.HTTP.Addr = dsn, "tls-test", ""
-	cfg.Drivers = map[string]config.Driver{"bus": config.DefaultDriver(config.TypeDiscard)}
+	cfg.Drivers = map[string]config.Driver{"bus": {Type: discard.Type, Options: discard.Options{}}}
 	s := config.DefaultStream()
 	s.Driver = "bus"
 	cfg.Streams = map[string]config.Stream{"orders": s}

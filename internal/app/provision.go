@@ -21,9 +21,9 @@ const provisionTimeout = 30 * time.Second
 // It logs what it created, so that a first start says where its messages go.
 func provisionDrivers(ctx context.Context, cfg *config.Config, drivers map[string]router.Driver, logger *slog.Logger) error {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Drivers)) {
-		dc := cfg.Drivers[name]
+		dc, _ := cfg.Drivers[name].Options.(jetstream.Options)
 		js, ok := drivers[name].(*jetstream.Driver)
-		if !ok || dc.Type != config.TypeJetStream || !dc.Provision.Enabled {
+		if !ok || !dc.Provision.Enabled {
 			continue
 		}
 		subjects := routedSubjects(cfg, name)
@@ -40,7 +40,7 @@ func provisionDrivers(ctx context.Context, cfg *config.Config, drivers map[strin
 	return nil
 }
 
-func provisionStream(ctx context.Context, js *jetstream.Driver, p config.Provision, subjects []string) (bool, error) {
+func provisionStream(ctx context.Context, js *jetstream.Driver, p jetstream.Provision, subjects []string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
 	defer cancel()
 	return js.Provision(ctx, p, subjects)

@@ -20,12 +20,12 @@ func TestStartProvisionsOneJetStreamStreamCapturingEveryPrefixRoutedToTheDriver(
 	t.Parallel()
 	srv := testenv.NewNATS(t)
 	cfg := config.Default()
-	js := config.DefaultDriver(config.TypeJetStream)
+	js := jsdriver.DefaultOptions()
 	js.URL = srv.URL()
 	js.Provision.Enabled, js.Provision.Stream = true, "SHOP"
-	plain := config.DefaultDriver(config.TypeJetStream) // provisioning off: left alone
+	plain := jsdriver.DefaultOptions() // provisioning off: left alone
 	plain.URL = srv.URL()
-	cfg.Drivers = map[string]config.Driver{"events": js, "plain": plain}
+	cfg.Drivers = map[string]config.Driver{"events": {Type: jsdriver.Type, Options: js}, "plain": {Type: jsdriver.Type, Options: plain}}
 	orders, carts, other := config.DefaultStream(), config.DefaultStream(), config.DefaultStream()
 	orders.Driver, orders.TopicPrefix = "events", "shop.orders."
 	orders.DeadLetter = config.DeadLetter{Driver: "events", Topic: "dead.orders"}
@@ -37,7 +37,7 @@ func TestStartProvisionsOneJetStreamStreamCapturingEveryPrefixRoutedToTheDriver(
 	}
 	drivers := map[string]router.Driver{}
 	for name, dc := range cfg.Drivers {
-		d, err := jsdriver.New(name, dc, slog.New(slog.DiscardHandler))
+		d, err := jsdriver.New(name, dc.Options.(jsdriver.Options), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

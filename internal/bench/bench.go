@@ -19,6 +19,11 @@ import (
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
+	jsdrv "github.com/outboxd/outboxd/router/jetstream"
+	kafkadrv "github.com/outboxd/outboxd/router/kafka"
+	natsdrv "github.com/outboxd/outboxd/router/nats"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
@@ -52,7 +57,7 @@ const (
 )
 
 // benchDrivers lists the driver types the bench knows, in report order.
-var benchDrivers = []string{config.TypeDiscard, config.TypeJetStream, config.TypeKafka, config.TypeNATS}
+var benchDrivers = []string{discard.Type, jsdrv.Type, kafkadrv.Type, natsdrv.Type}
 
 // benchSettings is what one run measured with; --json prints it under "settings".
 type benchSettings struct {
@@ -103,14 +108,24 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 	cfg.ReplicaID = benchReplica
 	cfg.HTTP.Addr = "127.0.0.1:0" // metrics on, as run's default, on a port nobody else holds
 	cfg.Janitor = benchJanitor(o.set)
-	drv := config.DefaultDriver(driverType)
+	var opts router.Options
 	switch driverType {
-	case config.TypeNATS, config.TypeJetStream:
-		drv.URL = o.natsURL
-	case config.TypeKafka:
-		drv.Brokers = o.kafkaBrokers
+	case natsdrv.Type:
+		n := natsdrv.DefaultOptions()
+		n.URL = o.natsURL
+		opts = n
+	case jsdrv.Type:
+		j := jsdrv.DefaultOptions()
+		j.URL = o.natsURL
+		opts = j
+	case kafkadrv.Type:
+		k := kafkadrv.DefaultOptions()
+		k.Brokers = o.kafkaBrokers
+		opts = k
+	case discard.Type:
+		opts = discard.DefaultOptions()
 	}
-	cfg.Drivers = map[string]config.Driver{benchDriverName: drv}
+	cfg.Drivers = map[string]config.Driver{benchDriverName: {Type: driverType, Options: opts}}
 	cfg.Streams = map[string]config.Stream{}
 	for _, name := range benchStreams(o.set.Streams) {
 		s := config.DefaultStream()
@@ -253,19 +268,19 @@ func (b *bench) setup(ctx context.Context) error {
 		}
 		return false
 	}
-	if !needs(config.TypeNATS, config.TypeJetStream) {
+	if !needs(natsdrv.Type, jsdrv.Type) {
 		b.report.Settings.NATS = "none"
 	}
-	if !needs(config.TypeKafka) {
+	if !needs(kafkadrv.Type) {
 		b.report.Settings.Kafka = "none"
 	}
-	if needs(config.TypeNATS, config.TypeJetStream) {
-		if b.nats, err = startBenchNATS(ctx, b.opt.natsURL, needs(config.TypeJetStream)); err != nil {
+	if needs(natsdrv.Type, jsdrv.Type) {
+		if b.nats, err = startBenchNATS(ctx, b.opt.natsURL, needs(jsdrv.Type)); err != nil {
 			return err
 		}
 		b.opt.natsURL = b.nats.url
 	}
-	if needs(config.TypeKafka) {
+	if needs(kafkadrv.Type) {
 		if b.kafka, err = startBenchKafka(ctx, b.opt.kafkaBrokers); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"flag"
+	"github.com/outboxd/outboxd/router/drivers"
 	"io"
 	"os"
 	"reflect"
@@ -135,7 +136,7 @@ func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := config.Load("", benchEnviron([]string{"OUTBOXD_STREAMS__LEAK__DRIVER=x", "PATH=/bin"}, want))
+			got, err := config.Load("", benchEnviron([]string{"OUTBOXD_STREAMS__LEAK__DRIVER=x", "PATH=/bin"}, want), drivers.All())
 			if err != nil {
 				t.Fatalf("%v, %s: the child's environment does not load: %v", args, d, err)
 			}

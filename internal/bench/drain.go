@@ -17,6 +17,9 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router/discard"
+	jsdrv "github.com/outboxd/outboxd/router/jetstream"
+	kafkadrv "github.com/outboxd/outboxd/router/kafka"
+	natsdrv "github.com/outboxd/outboxd/router/nats"
 )
 
 // drain fills a fresh backlog, runs `outboxd run` as a child process until every row
@@ -165,11 +168,13 @@ func benchEnviron(parent []string, cfg config.Config) []string {
 	for name, d := range cfg.Drivers {
 		prefix := "DRIVERS__" + strings.ToUpper(name) + "__"
 		set(prefix+"TYPE", d.Type)
-		if d.URL != "" {
-			set(prefix+"URL", d.URL)
-		}
-		if len(d.Brokers) > 0 {
-			set(prefix+"BROKERS", strings.Join(d.Brokers, ","))
+		switch o := d.Options.(type) {
+		case natsdrv.Options:
+			set(prefix+"URL", o.URL)
+		case jsdrv.Options:
+			set(prefix+"URL", o.URL)
+		case kafkadrv.Options:
+			set(prefix+"BROKERS", strings.Join(o.Brokers, ","))
 		}
 	}
 	for name, s := range cfg.Streams {
@@ -325,13 +330,13 @@ type arrivalCounter interface {
 // arrivals prepares the count of one drain before its dispatcher starts.
 func (b *bench) arrivals(ctx context.Context, driverType string) (arrivalCounter, error) {
 	switch driverType {
-	case config.TypeDiscard:
+	case discard.Type:
 		return discardCounter{}, nil
-	case config.TypeNATS:
+	case natsdrv.Type:
 		return b.nats.subscribe()
-	case config.TypeJetStream:
+	case jsdrv.Type:
 		return b.nats.purge(ctx)
-	case config.TypeKafka:
+	case kafkadrv.Type:
 		return b.kafka.mark(ctx)
 	}
 	return nil, fmt.Errorf("bench: no arrival count for driver type %q", driverType)

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/outboxd/outboxd/router/driveropt"
+
 	"errors"
 	"fmt"
 	"io"
@@ -149,7 +151,7 @@ func resolve(o Options) (benchOptions, error) {
 		r.set.Kafka = strings.Join(r.kafkaBrokers, ",")
 	}
 	if r.natsURL != "" {
-		r.set.NATS = config.Driver{Type: config.TypeNATS, URL: r.natsURL}.Redacted().URL
+		r.set.NATS = driveropt.RedactURL(r.natsURL, driveropt.Mask, true)
 	}
 	if r.dsn == "" {
 		r.dsn = lookupEnv(o.Environ, "OUTBOXD_DATABASE_URL")

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router/discard"
@@ -51,7 +50,7 @@ func TestAnAcknowledgementWhoseAnswerWasLostIsNotCountedAsALeaseConflict(t *test
 	_, err = pg.Pool.Exec(ctx, `INSERT INTO `+pg.Table.Qualified()+` (stream, topic, payload)
 		SELECT 's', 't', 'x' FROM generate_series(1, $1)`, n)
 	must(t, err)
-	pub, err := discard.New("discard", config.Driver{}, nil)
+	pub, err := discard.New("discard", discard.Options{}, nil)
 	must(t, err)
 	its := make(iterations, 16)
 	const lease = time.Second

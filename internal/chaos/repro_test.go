@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/testenv"
@@ -75,7 +74,7 @@ func TestAWriteBackDelayedPastItsDeadlineIsStillJudgedByItsLease(t *testing.T) {
 			must(t, err)
 
 			paused := &pausedStore{Store: st, paused: make(chan store.Token, 1), release: make(chan struct{})}
-			pub, err := discard.New("discard", config.Driver{}, nil)
+			pub, err := discard.New("discard", discard.Options{}, nil)
 			must(t, err)
 			its := make(iterations, 16)
 			const lease = time.Second

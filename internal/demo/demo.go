@@ -113,12 +113,12 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("demo: connect to database %s: %w", config.RedactDSN(cfg.DatabaseURL), err)
 	}
 	cfg.Schema, cfg.TableName = demoTable.Schema, demoTable.Table
-	drv := config.DefaultDriver(config.TypeJetStream)
+	drv := jsdriver.DefaultOptions()
 	drv.URL = natsURL
 	// The demo shows the first-deployment setting: the driver creates its stream when
 	// it is missing (production leaves this off; docs/configuration.md).
 	drv.Provision.Enabled, drv.Provision.Stream = true, "OUTBOXD_DEMO"
-	cfg.Drivers = map[string]config.Driver{"jetstream": drv}
+	cfg.Drivers = map[string]config.Driver{"jetstream": {Type: jsdriver.Type, Options: drv}}
 	stream := config.DefaultStream()
 	stream.Driver, stream.TopicPrefix = "jetstream", demoSubjectPrefix
 	stream.BatchSize = 500

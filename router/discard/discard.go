@@ -11,6 +11,10 @@
 // a discard driver has no consumer side. Its own tests cover counting, per-message
 // results, cancellation and close.
 //
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration.
+//
 // Package discard is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
 package discard
@@ -22,8 +26,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 var _ router.Driver = (*Driver)(nil)
@@ -41,12 +45,21 @@ type Driver struct {
 	closed bool
 }
 
-// New returns the discard driver called name. cfg must be of type discard (or have no
-// type); it has no other settings.
-func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
-	if cfg.Type != "" && cfg.Type != config.TypeDiscard {
-		return nil, fmt.Errorf("driver %s: type %q given to the discard driver", name, cfg.Type)
-	}
+// Type names the driver in a configuration (drivers.<name>.type).
+const Type = "discard"
+
+// Options configure the discard driver: it has no settings, since it connects to
+// nothing.
+type Options struct{}
+
+// DefaultOptions returns the (empty) options.
+func DefaultOptions() Options { return Options{} }
+
+// Validate finds nothing to report.
+func (Options) Validate() []driveropt.Problem { return nil }
+
+// New returns the discard driver called name.
+func New(name string, _ Options, logger *slog.Logger) (*Driver, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

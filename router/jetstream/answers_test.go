@@ -11,8 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/natsconn"
 )
 
 // responder stands in for a stream on subject: it answers each message the driver sends
@@ -99,7 +100,7 @@ func TestAMessageWithoutAPubAckTimesOutAsRetryableAndALatePubAckConfirmsNothing(
 	t.Parallel()
 	b := newBroker(t)
 	const timeout = 300 * time.Millisecond
-	d := newDriverWith(t, config.Driver{URL: b.srv.URL(), PublishTimeout: timeout, MaxInFlight: 1})
+	d := newDriverWith(t, jsdriver.Options{Options: natsconn.Options{URL: b.srv.URL(), PublishTimeout: timeout}, MaxInFlight: 1})
 	silentStream(t, b, "fake.silent")         // a stream captures the subject: the timeout stays retryable
 	r := newResponder(t, b.nc, "fake.silent") // never answers
 
@@ -132,7 +133,7 @@ func TestAMessageWithoutAPubAckTimesOutAsRetryableAndALatePubAckConfirmsNothing(
 func TestASubjectNoStreamCapturesIsPublishedThreeTimesBeforeItIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	d := newDriverWith(t, config.Driver{URL: b.srv.URL(), PublishTimeout: 5 * time.Second})
+	d := newDriverWith(t, jsdriver.Options{Options: natsconn.Options{URL: b.srv.URL(), PublishTimeout: 5 * time.Second}})
 	err := d.Publish(ctx(t), messages("orphan.thrice", 1, 8))[0]
 	if router.KindOf(err) != router.KindPermanent || !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("%v (kind %s), want permanent: no stream response", err, router.KindOf(err))

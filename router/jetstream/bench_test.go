@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/natsconn"
 )
 
 // BenchmarkPublish publishes batches of 1 KiB messages with a key and a producer header,
@@ -46,7 +46,7 @@ func BenchmarkPublish(b *testing.B) {
 			if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage}); err != nil {
 				b.Fatal(err)
 			}
-			d, err := jsdriver.New("bench", config.Driver{Type: config.TypeJetStream, URL: url, PublishTimeout: 10 * time.Second}, nil)
+			d, err := jsdriver.New("bench", jsdriver.Options{Options: natsconn.Options{URL: url, PublishTimeout: 10 * time.Second}}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/natsconn"
 )
 
 // handingSpy records, each time the driver hands the connection a message, how many
@@ -63,7 +63,7 @@ func TestTheWindowBoundsTheMessagesAwaitingAPubAckAcrossConcurrentBatches(t *tes
 	srv, _, _ := withStream(t, ctx)
 
 	const window = 8
-	d, err := New("window", config.Driver{URL: srv.URL(), PublishTimeout: 5 * time.Second, MaxInFlight: window}, nil)
+	d, err := New("window", Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: 5 * time.Second}, MaxInFlight: window}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestAServerLostMidBatchConfirmsOnlyWhatItStored(t *testing.T) {
 	defer cancel()
 	srv, nc, admin := withStream(t, ctx)
 
-	d, err := New("lost", config.Driver{URL: srv.URL(), PublishTimeout: 10 * time.Second, MaxInFlight: 64}, nil)
+	d, err := New("lost", Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: 10 * time.Second}, MaxInFlight: 64}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestClosingMidBatchFailsEveryUnconfirmedMessageAsClosed(t *testing.T) {
 	defer cancel()
 	srv, _, _ := withStream(t, ctx)
 
-	d, err := New("closing", config.Driver{URL: srv.URL(), PublishTimeout: 10 * time.Second, MaxInFlight: 64}, nil)
+	d, err := New("closing", Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: 10 * time.Second}, MaxInFlight: 64}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestACancelledContextMidBatchCancelsEveryMessageWithoutAPubAck(t *testing.T
 	defer cancel()
 	srv, _, admin := withStream(t, ctx)
 
-	d, err := New("cancel", config.Driver{URL: srv.URL(), PublishTimeout: 10 * time.Second, MaxInFlight: 64}, nil)
+	d, err := New("cancel", Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: 10 * time.Second}, MaxInFlight: 64}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

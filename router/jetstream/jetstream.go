@@ -19,6 +19,10 @@
 // the same errors, the same two retries of a "no responders" answer, a publish timeout
 // per message, and every message awaiting its PubAck failed when the connection is lost.
 //
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration.
+//
 // Package jetstream is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
 package jetstream
@@ -33,7 +37,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/natsconn"
 )
@@ -70,19 +73,18 @@ type Driver struct {
 // connection keeps trying) and fails only for settings it cannot use. A zero
 // PublishTimeout or MaxInFlight takes the documented default. PublishTimeout bounds the
 // wait for each message's PubAck.
-func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
+func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	def := config.DefaultDriver(config.TypeJetStream)
 	timeout, inFlight := cfg.PublishTimeout, cfg.MaxInFlight
 	if timeout <= 0 {
-		timeout = def.PublishTimeout
+		timeout = natsconn.DefaultPublishTimeout
 	}
 	if inFlight <= 0 {
-		inFlight = def.MaxInFlight
+		inFlight = DefaultMaxInFlight
 	}
-	nc, err := natsconn.Connect(name, cfg, logger.With("driver", name))
+	nc, err := natsconn.Connect(name, cfg.Options, logger.With("driver", name))
 	if err != nil {
 		return nil, err
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/natsconn"
 	"github.com/outboxd/outboxd/router/routertest"
 )
 
@@ -93,7 +93,7 @@ func TestAStoppedServerIsUnreachableAtOnceAndTheSameDriverPublishesAfterItRestar
 	t.Parallel()
 	b := newBroker(t)
 	const timeout = 10 * time.Second
-	d := newDriverWith(t, config.Driver{URL: b.srv.URL(), PublishTimeout: timeout})
+	d := newDriverWith(t, jsdriver.Options{Options: natsconn.Options{URL: b.srv.URL(), PublishTimeout: timeout}})
 	topic := b.topic(t)
 	requireNoErrors(t, d.Publish(ctx(t), messages(topic, 5, 8)))
 
@@ -378,12 +378,11 @@ func received(m jetstream.Msg) routertest.Received {
 // newDriver connects a driver to url; inFlight 0 takes the default window.
 func newDriver(t *testing.T, url string, inFlight int) *jsdriver.Driver {
 	t.Helper()
-	return newDriverWith(t, config.Driver{URL: url, PublishTimeout: 5 * time.Second, MaxInFlight: inFlight})
+	return newDriverWith(t, jsdriver.Options{Options: natsconn.Options{URL: url, PublishTimeout: 5 * time.Second}, MaxInFlight: inFlight})
 }
 
-func newDriverWith(t *testing.T, cfg config.Driver) *jsdriver.Driver {
+func newDriverWith(t *testing.T, cfg jsdriver.Options) *jsdriver.Driver {
 	t.Helper()
-	cfg.Type = config.TypeJetStream
 	d, err := jsdriver.New("test", cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -8,8 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/natsconn"
 )
 
 // silentStream creates a stream capturing subject that stores what is published to it
@@ -26,7 +27,7 @@ func TestASubjectNoStreamCapturesIsPermanentWhateverACoreSubscriberThereAnswers(
 	t.Parallel()
 	b := newBroker(t)
 	const timeout = 300 * time.Millisecond
-	d := newDriverWith(t, config.Driver{URL: b.srv.URL(), PublishTimeout: timeout})
+	d := newDriverWith(t, jsdriver.Options{Options: natsconn.Options{URL: b.srv.URL(), PublishTimeout: timeout}})
 	cases := []struct {
 		name    string
 		subject string

@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/outboxd/outboxd/config"
 )
 
 // Provision makes sure a stream named p.Stream exists, creating it to capture subjects
@@ -16,7 +14,7 @@ import (
 // the server cannot be asked or refuses the stream (a subject another stream captures,
 // replicas the cluster cannot place), saying which. It reports whether it created the
 // stream.
-func (d *Driver) Provision(ctx context.Context, p config.Provision, subjects []string) (created bool, err error) {
+func (d *Driver) Provision(ctx context.Context, p Provision, subjects []string) (created bool, err error) {
 	fail := func(err error) (bool, error) {
 		return false, fmt.Errorf("driver %s: provision JetStream stream %q for %v: %w", d.name, p.Stream, subjects, err)
 	}
@@ -44,7 +42,7 @@ func (d *Driver) Provision(ctx context.Context, p config.Provision, subjects []s
 }
 
 // streamConfig is the stream p describes, capturing subjects.
-func streamConfig(p config.Provision, subjects []string) (jetstream.StreamConfig, error) {
+func streamConfig(p Provision, subjects []string) (jetstream.StreamConfig, error) {
 	cfg := jetstream.StreamConfig{Name: p.Stream, Subjects: subjects, Replicas: p.Replicas, Duplicates: p.DuplicateWindow}
 	if len(subjects) == 0 {
 		return cfg, errors.New("no subjects: no outbox stream is routed to the driver")

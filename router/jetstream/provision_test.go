@@ -7,15 +7,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	jsdriver "github.com/outboxd/outboxd/router/jetstream"
 )
 
 func TestProvisionCreatesTheMissingStreamSoTheFirstMessageIsStored(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	d := newDriver(t, b.srv.URL(), 0)
-	p := config.DefaultDriver(config.TypeJetStream).Provision
+	p := jsdriver.DefaultOptions().Provision
 	p.Enabled, p.Stream, p.Storage, p.DuplicateWindow = true, "SHOP", "memory", 90*time.Second
 
 	// Without it, a fresh server has no stream and the first message fails for good.
@@ -48,7 +48,7 @@ func TestProvisionLeavesAnExistingStreamAndSaysWhyItCannotCreateOne(t *testing.T
 	b := newBroker(t)
 	d := newDriver(t, b.srv.URL(), 0)
 	topic := b.topic(t) // a stream of another name captures this subject
-	p := config.DefaultDriver(config.TypeJetStream).Provision
+	p := jsdriver.DefaultOptions().Provision
 	p.Enabled, p.Stream = true, "OVERLAP"
 	_, err := d.Provision(ctx(t), p, []string{topic})
 	if err == nil || !strings.Contains(err.Error(), `provision JetStream stream "OVERLAP"`) || !strings.Contains(err.Error(), "overlap") {

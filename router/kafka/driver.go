@@ -9,6 +9,10 @@
 // partition (murmur2, as the Java client does), so messages of a key arrive in order,
 // except that one which failed and is published again arrives after its successors.
 //
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration.
+//
 // Package kafka is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
 package kafka
@@ -29,8 +33,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // Writer tuning. These are decisions, not settings: see docs/configuration.md for the
@@ -84,7 +88,7 @@ type Driver struct {
 	log          *slog.Logger
 	addr         net.Addr
 	autoCreate   bool
-	provision    config.Provision // create a missing topic when Enabled
+	provision    Provision // create a missing topic when Enabled
 	writeTimeout time.Duration
 	connect      func() *kafka.Transport // builds a transport with this driver's settings
 	transport    *kafka.Transport
@@ -102,7 +106,7 @@ var _ router.Driver = (*Driver)(nil)
 // first Publish, so a cluster that is down does not stop outboxd from starting. It
 // fails only for configuration it cannot use (an unreadable CA or key pair, an unknown
 // SASL mechanism or compression codec).
-func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
+func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 	fail := func(err error) (*Driver, error) { return nil, fmt.Errorf("kafka driver %q: %w", name, err) }
 	if len(cfg.Brokers) == 0 {
 		return fail(errors.New("brokers: at least one host:port is required"))
@@ -209,7 +213,7 @@ func codec(name string) (kafka.Compression, error) {
 	return 0, fmt.Errorf("compression: unsupported codec %q; want none, gzip, snappy, lz4 or zstd", name)
 }
 
-func tlsClient(c config.TLS) (*tls.Config, error) {
+func tlsClient(c driveropt.TLS) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
@@ -239,7 +243,7 @@ func tlsClient(c config.TLS) (*tls.Config, error) {
 	return tc, nil
 }
 
-func saslMechanism(c config.SASL) (sasl.Mechanism, error) {
+func saslMechanism(c SASL) (sasl.Mechanism, error) {
 	switch c.Mechanism {
 	case "":
 		return nil, nil

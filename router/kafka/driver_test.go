@@ -22,9 +22,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 func TestNewRefusesConfigurationItCannotUseAndSaysWhere(t *testing.T) {
@@ -36,23 +36,23 @@ func TestNewRefusesConfigurationItCannotUseAndSaysWhere(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		modify func(*config.Driver)
+		modify func(*Options)
 		want   string
 	}{
-		{"a driver without brokers is refused", func(c *config.Driver) { c.Brokers = nil }, "brokers"},
-		{"an unreadable CA file is refused", func(c *config.Driver) {
-			c.TLS = config.TLS{Enabled: true, CAFile: filepath.Join(dir, "missing.pem")}
+		{"a driver without brokers is refused", func(c *Options) { c.Brokers = nil }, "brokers"},
+		{"an unreadable CA file is refused", func(c *Options) {
+			c.TLS = driveropt.TLS{Enabled: true, CAFile: filepath.Join(dir, "missing.pem")}
 		}, "tls.ca_file"},
-		{"a CA file without a certificate is refused", func(c *config.Driver) {
-			c.TLS = config.TLS{Enabled: true, CAFile: junk}
+		{"a CA file without a certificate is refused", func(c *Options) {
+			c.TLS = driveropt.TLS{Enabled: true, CAFile: junk}
 		}, "tls.ca_file"},
-		{"an unusable client key pair is refused", func(c *config.Driver) {
-			c.TLS = config.TLS{Enabled: true, CertFile: junk, KeyFile: junk}
+		{"an unusable client key pair is refused", func(c *Options) {
+			c.TLS = driveropt.TLS{Enabled: true, CertFile: junk, KeyFile: junk}
 		}, "tls.cert_file"},
-		{"an unknown SASL mechanism is refused", func(c *config.Driver) {
-			c.SASL = config.SASL{Mechanism: "gssapi", Username: "u", Password: "hunter2-secret"}
+		{"an unknown SASL mechanism is refused", func(c *Options) {
+			c.SASL = SASL{Mechanism: "gssapi", Username: "u", Password: "hunter2-secret"}
 		}, "sasl.mechanism"},
-		{"an unknown compression codec is refused", func(c *config.Driver) { c.Compression = "brotli" }, "compression"},
+		{"an unknown compression codec is refused", func(c *Options) { c.Compression = "brotli" }, "compression"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,15 +117,15 @@ func TestSASLAuthenticatesWithEveryMechanism(t *testing.T) {
 
 	cases := []struct {
 		name      string
-		sasl      config.SASL
+		sasl      SASL
 		published bool
 	}{
-		{"PLAIN with the right password publishes", config.SASL{Mechanism: "plain", Username: "alice", Password: "plain-secret"}, true},
-		{"SCRAM-SHA-256 with the right password publishes", config.SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "scram256-secret"}, true},
-		{"SCRAM-SHA-512 with an escaped user name publishes", config.SASL{Mechanism: "scram-sha-512", Username: "c=ar,ol", Password: "scram512-secret"}, true},
-		{"PLAIN with a wrong password does not", config.SASL{Mechanism: "plain", Username: "alice", Password: "wrong-one"}, false},
-		{"SCRAM-SHA-256 with a wrong password does not", config.SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "wrong-one"}, false},
-		{"a SCRAM hash the user has no credential for does not", config.SASL{Mechanism: "scram-sha-512", Username: "bob", Password: "scram256-secret"}, false},
+		{"PLAIN with the right password publishes", SASL{Mechanism: "plain", Username: "alice", Password: "plain-secret"}, true},
+		{"SCRAM-SHA-256 with the right password publishes", SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "scram256-secret"}, true},
+		{"SCRAM-SHA-512 with an escaped user name publishes", SASL{Mechanism: "scram-sha-512", Username: "c=ar,ol", Password: "scram512-secret"}, true},
+		{"PLAIN with a wrong password does not", SASL{Mechanism: "plain", Username: "alice", Password: "wrong-one"}, false},
+		{"SCRAM-SHA-256 with a wrong password does not", SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "wrong-one"}, false},
+		{"a SCRAM hash the user has no credential for does not", SASL{Mechanism: "scram-sha-512", Username: "bob", Password: "scram256-secret"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestABrokerRejectingCredentialsDefersWithoutFailingMessages(t *testing.T) {
 		return resp, nil, true
 	})
 	cfg := testConfig(c.ListenAddrs()[0])
-	cfg.SASL = config.SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "wrong-one"}
+	cfg.SASL = SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "wrong-one"}
 	d := newDriver(t, cfg)
 	for i, err := range d.Publish(testCtx(t), numbered("events", 3, "a")) {
 		if router.KindOf(err) != router.KindUnreachable || !errors.Is(err, kafka.SASLAuthenticationFailed) {
@@ -203,13 +203,13 @@ func TestTLSVerifiesTheBrokerAndPresentsTheClientCertificate(t *testing.T) {
 
 	cases := []struct {
 		name string
-		tls  config.TLS
+		tls  driveropt.TLS
 		want router.Kind // -1: published
 	}{
 		{"a broker signed by our CA, with our client certificate, is published to",
-			config.TLS{Enabled: true, CAFile: caFile, CertFile: certFile, KeyFile: keyFile}, -1},
+			driveropt.TLS{Enabled: true, CAFile: caFile, CertFile: certFile, KeyFile: keyFile}, -1},
 		{"a broker signed by a CA we do not trust is unreachable",
-			config.TLS{Enabled: true, CAFile: otherFile, CertFile: certFile, KeyFile: keyFile}, router.KindUnreachable},
+			driveropt.TLS{Enabled: true, CAFile: otherFile, CertFile: certFile, KeyFile: keyFile}, router.KindUnreachable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

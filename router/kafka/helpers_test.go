@@ -12,7 +12,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
 )
 
@@ -20,14 +19,14 @@ import (
 // test drivers log nowhere rather than to t.
 var quiet = slog.New(slog.DiscardHandler)
 
-func testConfig(brokers ...string) config.Driver {
-	cfg := config.DefaultDriver(config.TypeKafka)
+func testConfig(brokers ...string) Options {
+	cfg := DefaultOptions()
 	cfg.Brokers = brokers
 	return cfg
 }
 
 // newDriver builds a driver for t and closes it when t ends.
-func newDriver(t testing.TB, cfg config.Driver) *Driver {
+func newDriver(t testing.TB, cfg Options) *Driver {
 	t.Helper()
 	d, err := New("test", cfg, quiet)
 	if err != nil {

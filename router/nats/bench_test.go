@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	natsdriver "github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/natsconn"
 )
 
 // BenchmarkPublish publishes batches of 1 KiB messages to an embedded server with no
@@ -20,7 +20,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{100, 500} {
 		b.Run("nats/batch="+strconv.Itoa(size), func(b *testing.B) {
 			srv := testenv.NewNATS(b)
-			d, err := natsdriver.New("bench", config.Driver{Type: config.TypeNATS, URL: srv.URL(), PublishTimeout: 10 * time.Second}, nil)
+			d, err := natsdriver.New("bench", natsdriver.Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: 10 * time.Second}}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	natsdriver "github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/natsconn"
 )
 
 func TestAConnectionLostDuringTheFlushIsUnreachableAtOnce(t *testing.T) {
@@ -23,7 +23,7 @@ func TestAConnectionLostDuringTheFlushIsUnreachableAtOnce(t *testing.T) {
 	// Long, so that reporting well before it proves the cut was noticed, not timed out,
 	// however slow a loaded machine publishes the batch.
 	const timeout = 60 * time.Second
-	d, err := natsdriver.New("cut", config.Driver{Type: config.TypeNATS, URL: p.url(), PublishTimeout: timeout}, nil)
+	d, err := natsdriver.New("cut", natsdriver.Options{Options: natsconn.Options{URL: p.url(), PublishTimeout: timeout}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestAConnectionLostInTheMiddleOfABatchFailsItAsUnreachableAtOnce(t *testing
 	// Long, so that reporting well before it proves the cut was noticed, not timed out,
 	// however slow a loaded machine publishes the batch.
 	const timeout = 60 * time.Second
-	d, err := natsdriver.New("cut", config.Driver{Type: config.TypeNATS, URL: p.url(), PublishTimeout: timeout}, nil)
+	d, err := natsdriver.New("cut", natsdriver.Options{Options: natsconn.Options{URL: p.url(), PublishTimeout: timeout}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

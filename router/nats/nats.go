@@ -8,6 +8,10 @@
 // says a subscriber got it. Streams that need the message kept belong on the jetstream
 // driver.
 //
+// Options (options.go) are its settings, decoded from a drivers.<name> section by the
+// registration in router/drivers; New takes them, so the driver is built and tested
+// without outboxd's configuration.
+//
 // Package nats is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
 package nats
@@ -22,7 +26,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/natsconn"
 )
@@ -42,15 +45,15 @@ type Driver struct {
 // New connects the driver called name. It succeeds while the server is down (the
 // connection keeps trying) and fails only for settings it cannot use. A zero
 // PublishTimeout takes the documented default.
-func New(name string, cfg config.Driver, logger *slog.Logger) (*Driver, error) {
+func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	timeout := cfg.PublishTimeout
 	if timeout <= 0 {
-		timeout = config.DefaultDriver(config.TypeNATS).PublishTimeout
+		timeout = natsconn.DefaultPublishTimeout
 	}
-	nc, err := natsconn.Connect(name, cfg, logger.With("driver", name))
+	nc, err := natsconn.Connect(name, cfg.Options, logger.With("driver", name))
 	if err != nil {
 		return nil, err
 	}

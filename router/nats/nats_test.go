@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	natsdriver "github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/natsconn"
 	"github.com/outboxd/outboxd/router/routertest"
 )
 
@@ -73,7 +73,7 @@ func TestADriverCreatedWhileTheServerIsDownPublishesOnceItStarts(t *testing.T) {
 	url := srv.URL()
 	srv.Stop()
 
-	d, err := natsdriver.New("late", config.Driver{Type: config.TypeNATS, URL: url, PublishTimeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
+	d, err := natsdriver.New("late", natsdriver.Options{Options: natsconn.Options{URL: url, PublishTimeout: 5 * time.Second}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New with the server down: %v", err)
 	}
@@ -96,7 +96,7 @@ func TestAStoppedServerIsUnreachableAtOnceAndTheSameDriverPublishesAfterItRestar
 	t.Parallel()
 	srv := testenv.NewNATS(t)
 	const timeout = 10 * time.Second
-	d, err := natsdriver.New("restart", config.Driver{Type: config.TypeNATS, URL: srv.URL(), PublishTimeout: timeout}, nil)
+	d, err := natsdriver.New("restart", natsdriver.Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: timeout}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func received(m *nats.Msg) routertest.Received {
 
 func newDriver(t *testing.T, url string) *natsdriver.Driver {
 	t.Helper()
-	d, err := natsdriver.New("test", config.Driver{Type: config.TypeNATS, URL: url, PublishTimeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
+	d, err := natsdriver.New("test", natsdriver.Options{Options: natsconn.Options{URL: url, PublishTimeout: 5 * time.Second}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -9,6 +9,8 @@
 // certificate or key file) make Connect fail, and its error names the driver and the
 // setting.
 //
+// Options (options.go) are the settings both NATS drivers share and embed.
+//
 // Package natsconn is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
 package natsconn
@@ -28,7 +30,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // reconnectWait is the pause between two connection attempts to the same server. It is
@@ -39,7 +41,7 @@ const reconnectWait = 250 * time.Millisecond
 // Connect connects to the servers of cfg for the driver called name. It returns a
 // connection even when no server answers yet (the connection keeps trying); it fails only
 // for settings it cannot use. Connection events are logged through logger.
-func Connect(name string, cfg config.Driver, logger *slog.Logger) (*nats.Conn, error) {
+func Connect(name string, cfg Options, logger *slog.Logger) (*nats.Conn, error) {
 	opts, err := options(name, cfg, logger)
 	if err != nil {
 		return nil, err
@@ -61,7 +63,7 @@ func Connect(name string, cfg config.Driver, logger *slog.Logger) (*nats.Conn, e
 }
 
 // options turns cfg into connection options, checking every file it names.
-func options(name string, cfg config.Driver, logger *slog.Logger) ([]nats.Option, error) {
+func options(name string, cfg Options, logger *slog.Logger) ([]nats.Option, error) {
 	if err := checkURLs(cfg.URL); err != nil {
 		return nil, fmt.Errorf("driver %s: url: %w", name, err)
 	}
@@ -149,7 +151,7 @@ func checkCreds(creds nats.Option) error {
 }
 
 // tlsConfig builds the TLS client configuration, reading every file now.
-func tlsConfig(t config.TLS) (*tls.Config, error) {
+func tlsConfig(t driveropt.TLS) (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// The operator's explicit choice (tls.insecure_skip_verify), for test setups.

@@ -22,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router/driveropt"
 	"github.com/outboxd/outboxd/router/natsconn"
 )
 
@@ -36,18 +36,18 @@ func TestConnectRefusesSettingsItCannotUseNamingDriverAndSetting(t *testing.T) {
 	missing := filepath.Join(dir, "missing")
 	cases := []struct {
 		name    string
-		cfg     config.Driver
+		cfg     natsconn.Options
 		setting string
 	}{
-		{"a URL that does not parse", config.Driver{URL: "nats://user:hunter2@[::1"}, "url"},
-		{"a URL with a foreign scheme", config.Driver{URL: "http://127.0.0.1:4222"}, "url"},
-		{"a second URL with no host", config.Driver{URL: "nats://127.0.0.1:4222,nats://"}, "url"},
-		{"an empty server list", config.Driver{URL: " , "}, "url"},
-		{"a creds file that does not exist", config.Driver{URL: "nats://127.0.0.1:1", CredsFile: missing}, "creds_file"},
-		{"a creds file without a seed", config.Driver{URL: "nats://127.0.0.1:1", CredsFile: noSeed}, "creds_file"},
-		{"a CA file that does not exist", config.Driver{URL: "nats://127.0.0.1:1", TLS: config.TLS{Enabled: true, CAFile: missing}}, "tls.ca_file"},
-		{"a CA file without a certificate", config.Driver{URL: "nats://127.0.0.1:1", TLS: config.TLS{Enabled: true, CAFile: notPEM}}, "tls.ca_file"},
-		{"a client certificate that does not exist", config.Driver{URL: "nats://127.0.0.1:1", TLS: config.TLS{Enabled: true, CertFile: missing, KeyFile: missing}}, "tls.cert_file"},
+		{"a URL that does not parse", natsconn.Options{URL: "nats://user:hunter2@[::1"}, "url"},
+		{"a URL with a foreign scheme", natsconn.Options{URL: "http://127.0.0.1:4222"}, "url"},
+		{"a second URL with no host", natsconn.Options{URL: "nats://127.0.0.1:4222,nats://"}, "url"},
+		{"an empty server list", natsconn.Options{URL: " , "}, "url"},
+		{"a creds file that does not exist", natsconn.Options{URL: "nats://127.0.0.1:1", CredsFile: missing}, "creds_file"},
+		{"a creds file without a seed", natsconn.Options{URL: "nats://127.0.0.1:1", CredsFile: noSeed}, "creds_file"},
+		{"a CA file that does not exist", natsconn.Options{URL: "nats://127.0.0.1:1", TLS: driveropt.TLS{Enabled: true, CAFile: missing}}, "tls.ca_file"},
+		{"a CA file without a certificate", natsconn.Options{URL: "nats://127.0.0.1:1", TLS: driveropt.TLS{Enabled: true, CAFile: notPEM}}, "tls.ca_file"},
+		{"a client certificate that does not exist", natsconn.Options{URL: "nats://127.0.0.1:1", TLS: driveropt.TLS{Enabled: true, CertFile: missing, KeyFile: missing}}, "tls.cert_file"},
 	}
 	for _, c := range cases {
 		t.Run(c.name+" is refused", func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestConnectRefusesSettingsItCannotUseNamingDriverAndSetting(t *testing.T) {
 
 func TestConnectReturnsAConnectionThatKeepsTryingWhenNoServerAnswers(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, config.Driver{URL: absentServerURL(t)})
+	nc := connect(t, natsconn.Options{URL: absentServerURL(t)})
 	if nc.IsConnected() {
 		t.Fatal("connected to nothing")
 	}
@@ -86,13 +86,13 @@ func TestConnectAuthenticatesWithATokenOrAUserAndPassword(t *testing.T) {
 	userURL := startServer(t, &server.Options{Username: "outboxd", Password: "pa55"})
 	cases := []struct {
 		name      string
-		cfg       config.Driver
+		cfg       natsconn.Options
 		connected bool
 	}{
-		{"the right token connects", config.Driver{URL: tokenURL, Token: "s3cret"}, true},
-		{"a wrong token does not connect", config.Driver{URL: tokenURL, Token: "guess"}, false},
-		{"the right user and password connect", config.Driver{URL: userURL, Username: "outboxd", Password: "pa55"}, true},
-		{"a wrong password does not connect", config.Driver{URL: userURL, Username: "outboxd", Password: "guess"}, false},
+		{"the right token connects", natsconn.Options{URL: tokenURL, Token: "s3cret"}, true},
+		{"a wrong token does not connect", natsconn.Options{URL: tokenURL, Token: "guess"}, false},
+		{"the right user and password connect", natsconn.Options{URL: userURL, Username: "outboxd", Password: "pa55"}, true},
+		{"a wrong password does not connect", natsconn.Options{URL: userURL, Username: "outboxd", Password: "guess"}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestConnectAuthenticatesWithATokenOrAUserAndPassword(t *testing.T) {
 
 func TestConnectAcceptsAUsableCredsFile(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, config.Driver{URL: absentServerURL(t), CredsFile: credsFile(t)})
+	nc := connect(t, natsconn.Options{URL: absentServerURL(t), CredsFile: credsFile(t)})
 	if nc.IsClosed() {
 		t.Fatal("closed")
 	}
@@ -130,18 +130,18 @@ func TestConnectSpeaksTLS(t *testing.T) {
 
 	cases := []struct {
 		name      string
-		tls       config.TLS
+		tls       driveropt.TLS
 		connected bool
 	}{
-		{"a server signed by the configured CA is trusted", config.TLS{Enabled: true, CAFile: ca.file, CertFile: cliCert, KeyFile: cliKey}, true},
-		{"a server signed by another CA is not trusted", config.TLS{Enabled: true, CAFile: other.file, CertFile: cliCert, KeyFile: cliKey}, false},
-		{"insecure_skip_verify trusts any server", config.TLS{Enabled: true, InsecureSkipVerify: true, CertFile: cliCert, KeyFile: cliKey}, true},
-		{"a server requiring a client certificate refuses a client without one", config.TLS{Enabled: true, CAFile: ca.file}, false},
+		{"a server signed by the configured CA is trusted", driveropt.TLS{Enabled: true, CAFile: ca.file, CertFile: cliCert, KeyFile: cliKey}, true},
+		{"a server signed by another CA is not trusted", driveropt.TLS{Enabled: true, CAFile: other.file, CertFile: cliCert, KeyFile: cliKey}, false},
+		{"insecure_skip_verify trusts any server", driveropt.TLS{Enabled: true, InsecureSkipVerify: true, CertFile: cliCert, KeyFile: cliKey}, true},
+		{"a server requiring a client certificate refuses a client without one", driveropt.TLS{Enabled: true, CAFile: ca.file}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			nc := connect(t, config.Driver{URL: url, TLS: c.tls})
+			nc := connect(t, natsconn.Options{URL: url, TLS: c.tls})
 			if nc.IsConnected() != c.connected {
 				t.Fatalf("connected = %v (last error %v), want %v", nc.IsConnected(), nc.LastError(), c.connected)
 			}
@@ -149,7 +149,7 @@ func TestConnectSpeaksTLS(t *testing.T) {
 	}
 }
 
-func connect(t *testing.T, cfg config.Driver) *nats.Conn {
+func connect(t *testing.T, cfg natsconn.Options) *nats.Conn {
 	t.Helper()
 	nc, err := natsconn.Connect("test", cfg, discard)
 	if err != nil {

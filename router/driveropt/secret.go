@@ -1,4 +1,4 @@
-package config
+package driveropt
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"strconv"
 )
 
-// mask is what every printable form of a non-empty secret shows instead of it.
-const mask = "[REDACTED]"
+// Mask is what every printable form of a non-empty secret shows instead of it.
+const Mask = "[REDACTED]"
 
 // Secret is a string that prints, marshals and logs as [REDACTED] (or as nothing when
 // empty, so that "is it set?" stays visible). Only Reveal returns the value; call it at
@@ -22,7 +22,7 @@ func (s Secret) shown() string {
 	if s == "" {
 		return ""
 	}
-	return mask
+	return Mask
 }
 
 // String implements fmt.Stringer.

@@ -1,0 +1,26 @@
+// Package drivers lists the destinations this build of outboxd can publish to. It is
+// internal to outboxd.
+//
+// Invariant: this list is the one place a driver type is made known. The configuration
+// decodes a drivers.<name> section into the options its registration gives, and the
+// composition root builds the driver through the same registration, so adding a
+// destination is its own package plus one line here.
+package drivers
+
+import (
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
+	"github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/router/kafka"
+	"github.com/outboxd/outboxd/router/nats"
+)
+
+// All returns every registered driver type, in the order they are documented.
+func All() router.Registry {
+	return router.Registry{
+		router.Register(kafka.Type, kafka.DefaultOptions, kafka.New),
+		router.Register(nats.Type, nats.DefaultOptions, nats.New),
+		router.Register(jetstream.Type, jetstream.DefaultOptions, jetstream.New),
+		router.Register(discard.Type, discard.DefaultOptions, discard.New),
+	}
+}
