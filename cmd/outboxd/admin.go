@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"sync/atomic"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // adminServer serves the admin endpoints of a running dispatcher. It listens before the

@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/admin"
 	"github.com/outboxd/outboxd/store"
 )
 

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // idFlag collects --id, given once per message (or with commas).

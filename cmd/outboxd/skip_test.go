@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/internal/admin"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"

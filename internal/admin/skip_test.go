@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // insertKeyed writes n rows of stream under key, in id order, and returns their ids.

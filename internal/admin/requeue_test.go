@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // TestRequeueOfAWholeFilterGoesOnChunkByChunk: over HTTP as on the command line, "all"
