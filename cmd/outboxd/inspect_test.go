@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -95,7 +95,7 @@ func TestStatsShowsConfiguredStreamsOrElseEveryStreamWithABacklog(t *testing.T) 
 		}
 	}
 	out, _ = w.mustRun(t, statsCmd, "--json")
-	var st admin.Stats
+	var st ops.Stats
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, out)
 	}
@@ -117,7 +117,7 @@ func TestStatsShowsConfiguredStreamsOrElseEveryStreamWithABacklog(t *testing.T) 
 	if strings.Contains(out, "nats-pass-6a1f") {
 		t.Fatalf("stats printed a secret:\n%s", out)
 	}
-	st = admin.Stats{}
+	st = ops.Stats{}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestMessagesListsFiltersAndPagesLikeTheAPI(t *testing.T) {
 	args := []string{"--stream", "orders", "--limit", "3", "--json"}
 	for page := 1; ; page++ {
 		out, _ := w.mustRun(t, messagesCmd, args...)
-		var p admin.MessagePage
+		var p ops.MessagePage
 		if err := json.Unmarshal([]byte(out), &p); err != nil {
 			t.Fatalf("page %d: %v\n%s", page, err, out)
 		}

@@ -10,27 +10,21 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 // idFlag collects --id, given once per message (or with commas).
 type idFlag []int64
 
 func (f *idFlag) String() string {
-	parts := make([]string, len(*f))
-	for i, id := range *f {
-		parts[i] = fmt.Sprint(id)
-	}
-	return strings.Join(parts, ",")
+	return strings.ReplaceAll(strings.Trim(fmt.Sprint([]int64(*f)), "[]"), " ", ",")
 }
 
 func (f *idFlag) Set(s string) error {
 	ids, err := parseIDList(s)
-	if err != nil {
-		return err
-	}
 	*f = append(*f, ids...)
-	return nil
+	return err
 }
 
 func skipCmd(ctx context.Context, e env) error {
@@ -43,8 +37,9 @@ func skipCmd(ctx context.Context, e env) error {
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
+	// The flags' own combinations, in their names; the request is then checked by ops.
 	keyGiven := given(fs, "key")
-	req := admin.SkipRequest{Stream: *stream}
+	req := ops.SkipRequest{Stream: *stream}
 	switch {
 	case len(ids) > 0 && (*stream != "" || keyGiven):
 		return usageError{msg: "skip: give either --id or --stream and --key, not both"}
@@ -60,34 +55,24 @@ func skipCmd(ctx context.Context, e env) error {
 		req.Key = key
 	}
 	if err := req.Check(); err != nil {
-		return usageError{msg: "skip: " + err.Error()}
-	}
-	cfg, err := loadConfig(e, fs)
-	if err != nil {
-		return err
+		return opsError("skip", "", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	st, done, err := openInspectStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer done()
-
-	res, err := admin.Skip(ctx, st, req)
-	switch {
-	case err != nil:
-		return err
-	case *asJSON:
-		return printInspectJSON(e.stdout, res)
-	case req.Key != nil:
-		fmt.Fprintf(e.stdout, "skipped message %d, the head of key %q of stream %s: the key continues with its next message\n",
-			res.ID, *req.Key, req.Stream)
-	default:
-		fmt.Fprintf(e.stdout, "skipped %d of the %d messages named (a message that is leased, delivered or already skipped is left alone)\n",
-			res.Skipped, len(req.IDs))
-	}
-	return nil
+	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
+		res, err := o.Skip(ctx, req)
+		switch {
+		case err != nil || *asJSON:
+			return show(e.stdout, true, res, opsError("skip", "", err))
+		case req.Key != nil:
+			fmt.Fprintf(e.stdout, "skipped message %d, the head of key %q of stream %s: the key continues with its next message\n",
+				res.ID, *req.Key, req.Stream)
+		default:
+			fmt.Fprintf(e.stdout, "skipped %d of the %d messages named (a message that is leased, delivered or already skipped is left alone)\n",
+				res.Skipped, len(req.IDs))
+		}
+		return nil
+	})
 }
 
 // given reports whether the flag name was set on the command line, even to "".

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -63,7 +63,7 @@ func TestSkipByKeySkipsItsFailedHeadAndStatsShowTheKeyBlockedUntilThen(t *testin
 	blocked := func() (int64, int64) {
 		t.Helper()
 		out, _ := w.mustRun(t, statsCmd, "--json")
-		var st admin.Stats
+		var st ops.Stats
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("stats --json: %v\n%s", err, out)
 		}

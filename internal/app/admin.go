@@ -9,9 +9,10 @@ import (
 	"net/http"
 	"sync/atomic"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/internal/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 // adminServer serves the admin endpoints of a running dispatcher. It listens before the
@@ -73,7 +74,7 @@ func (a *adminServer) serve(cfg *config.Config, d *Dispatcher, metrics http.Hand
 	if cfg.HTTP.Addr == "" {
 		return
 	}
-	streams, drivers := admin.Describe(cfg)
+	streams, drivers := ops.Describe(cfg)
 	var breakers func() map[string]string
 	if a.breakers != nil {
 		breakers = a.breakers.States

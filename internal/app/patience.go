@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // The backoff between attempts to reach PostgreSQL at start: doubling from the first to

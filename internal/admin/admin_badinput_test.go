@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // The bad-input catalogue, HTTP: requests the API must refuse with a status and a JSON

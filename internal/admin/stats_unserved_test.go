@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 func TestStatsListStreamsWithPendingRowsThatNoPipelineServes(t *testing.T) {
@@ -22,9 +22,9 @@ func TestStatsListStreamsWithPendingRowsThatNoPipelineServes(t *testing.T) {
 	if res.Status != http.StatusOK {
 		t.Fatalf("stats: %d %s", res.Status, res.Body)
 	}
-	var st admin.Stats
+	var st ops.Stats
 	res.decode(t, &st)
-	got := map[string]admin.StreamStats{}
+	got := map[string]ops.StreamStats{}
 	var order []string
 	for _, s := range st.Streams {
 		got[s.Stream] = s

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 // TestRequeueOfAWholeFilterGoesOnChunkByChunk: over HTTP as on the command line, "all"
@@ -13,11 +13,11 @@ import (
 func TestRequeueOfAWholeFilterGoesOnChunkByChunk(t *testing.T) {
 	t.Parallel()
 	f := setup(t, withToken)
-	n := admin.RequeueChunk*2 + 17
+	n := ops.RequeueChunk*2 + 17
 	ids := f.insert(t, "orders", n)
 	f.fail(t, ids...)
 
-	var got admin.RequeueResponse
+	var got ops.RequeueResult
 	res := f.do(t, "POST", "/api/v1/messages/requeue", `{"stream": "orders", "limit": 1001}`, bearer(token)...)
 	res.decode(t, &got)
 	if res.Status != http.StatusOK || got.Requeued != 1001 {

@@ -1,8 +1,9 @@
-// Package admin serves outboxd's HTTP endpoints: health and readiness probes, metrics,
-// and the operators' API (stats, message listing, requeue, skip). Its wire types and
-// request parsing are shared with the CLI (`outboxd stats`, `messages`, `requeue`,
-// `skip`), so both answer in the same shape and refuse the same mistakes with the same
-// words.
+// Package admin is outboxd's HTTP edge, internal to outboxd: health and readiness
+// probes, metrics, and the operators' API. The API's endpoints (stats, message listing,
+// requeue, skip) are thin adapters over internal/ops, which the CLI (`outboxd stats`,
+// `messages`, `requeue`, `skip`) shares: this package decodes a request into an ops
+// request, encodes the ops result as it is, and maps the ops errors to statuses in one
+// place (fail). It never reads or changes messages but through ops.
 //
 // Invariants: nothing changes through HTTP unless an admin token is configured and the
 // request presents it; once any token is configured, nothing under /api/ is answered to
@@ -21,24 +22,16 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/table"
 )
 
-// Store is what the admin endpoints need from the database.
+// Store is what the admin endpoints need from the database: the operations' store and
+// the readiness probes.
 type Store interface {
-	Table() table.Name
+	ops.Store
 	Ping(ctx context.Context) error
 	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
-	Backlogs(ctx context.Context, streams []string) ([]store.Backlog, error)
-	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
-	RequeueIDs(ctx context.Context, ids []int64) (int64, error)
-	RequeueFailed(ctx context.Context, f store.RequeueFilter) (store.RequeueResult, error)
-	CountFailed(ctx context.Context, f store.RequeueFilter) (int64, error)
-	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
-	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
-	Skip(ctx context.Context, ids []int64) (int64, error)
-	SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -47,8 +40,8 @@ var _ Store = (*store.Store)(nil)
 type Options struct {
 	Store Store
 	// Streams and Drivers are the configured ones, as Describe returns them.
-	Streams []Stream
-	Drivers []Driver
+	Streams []ops.Stream
+	Drivers []ops.Driver
 	// AdminToken admits every /api/ request; empty disables the mutating endpoints.
 	AdminToken config.Secret
 	// ReadToken admits /api/ reads only. With either token set, reads need one.
@@ -82,9 +75,9 @@ const requestTimeout = 30 * time.Second
 
 type server struct {
 	opt    Options
+	ops    *ops.Ops
 	tokens tokens
 	log    *slog.Logger
-	now    func() time.Time
 }
 
 // New returns the handler for every endpoint. It panics without a Store, a wiring
@@ -93,14 +86,11 @@ func New(opt Options) http.Handler {
 	if opt.Store == nil {
 		panic("admin: Options.Store is required")
 	}
-	s := &server{opt: opt, log: opt.Logger, now: opt.Now}
+	s := &server{opt: opt, ops: ops.New(opt.Store, opt.Now), log: opt.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.log = s.log.With("component", "admin")
-	if s.now == nil {
-		s.now = time.Now
-	}
 	s.tokens = newTokens(opt.AdminToken.Reveal(), opt.ReadToken.Reveal())
 	s.opt.AdminToken, s.opt.ReadToken = "", "" // not needed past this point
 

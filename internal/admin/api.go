@@ -8,24 +8,22 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 	if !s.noParams(w, r) {
 		return
 	}
+	req := ops.StatsRequest{Streams: s.opt.Streams, Drivers: s.opt.Drivers}
+	if s.opt.Breakers != nil {
+		req.Breakers = s.opt.Breakers()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	var breakers map[string]string
-	if s.opt.Breakers != nil {
-		breakers = s.opt.Breakers()
-	}
-	st, err := CollectStats(ctx, s.opt.Store, s.opt.Store.Table().String(), s.opt.Streams, s.opt.Drivers, breakers)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	st, err := s.ops.Stats(ctx, req)
+	s.answer(w, r, st, err)
 }
 
 // messageParams are the query parameters GET /api/v1/messages accepts.
@@ -37,82 +35,75 @@ func (s *server) messages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f, err := MessageQuery{
-		Status: q.Get("status"), Stream: q.Get("stream"), Since: q.Get("since"), Until: q.Get("until"),
-		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
-	}.Filter(s.now())
-	if err != nil {
-		s.fail(w, r, badRequest("%v", err))
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	page, err := ListPage(ctx, s.opt.Store, f)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	page, err := s.ops.ListMessages(ctx, ops.MessageQuery{
+		Status: q.Get("status"), Stream: q.Get("stream"), Since: q.Get("since"), Until: q.Get("until"),
+		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
+	})
+	s.answer(w, r, page, err)
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	if !s.noParams(w, r) {
 		return
 	}
-	var req RequeueRequest
+	var req ops.RequeueRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	p, err := req.Plan(s.now())
-	if err != nil {
-		s.fail(w, r, badRequest("%v", err))
 		return
 	}
 	// Each chunk has its own deadline; the whole request stays within the server's
 	// write timeout. A requeue cut short keeps what it did, and asking again goes on.
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	n, err := Requeue(ctx, s.opt.Store, p, nil)
-	byIDs, ids := p.ByIDs()
-	limit := 0
-	if req.Limit != nil {
-		limit = *req.Limit
+	res, err := s.ops.Requeue(ctx, req, nil)
+	if err == nil || !errors.Is(err, ops.Invalid) {
+		limit := 0
+		if req.Limit != nil {
+			limit = *req.Limit
+		}
+		log := s.log.With("requeued", res.Requeued, "by_ids", req.IDs != nil, "ids", len(req.IDs), "stream", req.Stream,
+			"since", req.Since, "until", req.Until, "limit", limit, "all", req.All, "remote", r.RemoteAddr)
+		if err != nil {
+			log.Warn("requeue stopped", "err", err)
+		} else {
+			log.Info("requeued failed messages")
+		}
 	}
-	log := s.log.With("requeued", n, "by_ids", byIDs, "ids", ids, "stream", p.Stream(),
-		"since", req.Since, "until", req.Until, "limit", limit, "all", req.All, "remote", r.RemoteAddr)
-	if err != nil {
-		log.Warn("requeue stopped", "err", err)
-		s.fail(w, r, err)
-		return
-	}
-	log.Info("requeued failed messages")
-	writeJSON(w, http.StatusOK, RequeueResponse{Requeued: n})
+	s.answer(w, r, res, err)
 }
 
 func (s *server) skip(w http.ResponseWriter, r *http.Request) {
 	if !s.noParams(w, r) {
 		return
 	}
-	var req SkipRequest
+	var req ops.SkipRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	res, err := Skip(ctx, s.opt.Store, req)
+	res, err := s.ops.Skip(ctx, req)
+	if err == nil {
+		key := ""
+		if req.Key != nil {
+			key = *req.Key
+		}
+		s.log.Info("skipped messages", "skipped", res.Skipped, "ids", len(req.IDs), "stream", req.Stream, "key", key,
+			"head", res.ID, "remote", r.RemoteAddr)
+	}
+	s.answer(w, r, res, err)
+}
+
+// answer writes an operation's result with 200, or its error through fail.
+func (s *server) answer(w http.ResponseWriter, r *http.Request, result any, err error) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	key := ""
-	if req.Key != nil {
-		key = *req.Key
-	}
-	s.log.Info("skipped messages", "skipped", res.Skipped, "ids", len(req.IDs), "stream", req.Stream, "key", key,
-		"head", res.ID, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, result)
 }
 
 // noParams refuses query parameters on an endpoint that takes none, so that a typo
@@ -163,13 +154,22 @@ func paramName(k string) string {
 	return k
 }
 
-// fail answers err: a client mistake with its own status, anything else (the database)
-// with 500 and the error's text, which names the operation and the table and never a
-// credential. Server-side failures are logged: the operator reads logs, not responses.
+// fail answers err, the one place an error becomes a status: a request this edge could
+// not read with its own status, an operation's refusal with 400 (ops.Invalid) or 409
+// (ops.Conflict), anything else (the database) with 500, or 503 past its deadline, and
+// the error's text, which names the operation and the table and never a credential.
+// Server-side failures are logged: the operator reads logs, not responses.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var re *requestError
-	if errors.As(err, &re) {
+	switch {
+	case errors.As(err, &re):
 		writeError(w, re.status, re.msg)
+		return
+	case errors.Is(err, ops.Invalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	case errors.Is(err, ops.Conflict):
+		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	status := http.StatusInternalServerError

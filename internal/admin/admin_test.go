@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/internal/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router/drivers"
 	"github.com/outboxd/outboxd/store"
@@ -71,7 +72,7 @@ func setup(t *testing.T, adjust func(*admin.Options)) *fixture {
 	f := &fixture{pg: pg, store: st, logs: &syncBuffer{}, ctx: ctx}
 	opt := admin.Options{
 		Store:   st,
-		Streams: []admin.Stream{{Name: "orders", Driver: "bus"}, {Name: "payments", Driver: "bus"}},
+		Streams: []ops.Stream{{Name: "orders", Driver: "bus"}, {Name: "payments", Driver: "bus"}},
 		Logger:  slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if adjust != nil {
@@ -218,7 +219,7 @@ func TestRequeueIsRefusedWithoutTheRightTokenAndResetsFailedRowsWithIt(t *testin
 	}
 
 	res := f.do(t, "POST", "/api/v1/messages/requeue", body, bearer(token)...)
-	var got admin.RequeueResponse
+	var got ops.RequeueResult
 	res.decode(t, &got)
 	if res.Status != http.StatusOK || got.Requeued != 2 {
 		t.Fatalf("requeue by ids: %d %s; want 200 with 2 requeued (the pending id is left alone)", res.Status, res.Body)
@@ -278,7 +279,7 @@ func TestMessagesArePagedByCursorEachRowExactlyOnce(t *testing.T) {
 			path += "&cursor=" + cursor
 		}
 		res := f.do(t, "GET", path, "")
-		var page admin.MessagePage
+		var page ops.MessagePage
 		res.decode(t, &page)
 		if res.Status != http.StatusOK {
 			t.Fatalf("page %d: %d %s", pages+1, res.Status, res.Body)
@@ -307,7 +308,7 @@ func TestMessagesArePagedByCursorEachRowExactlyOnce(t *testing.T) {
 
 	// Exactly one page's worth: no empty page is promised after it.
 	res := f.do(t, "GET", "/api/v1/messages?stream=payments&limit=5", "")
-	var page admin.MessagePage
+	var page ops.MessagePage
 	res.decode(t, &page)
 	if len(page.Messages) != 5 || page.NextCursor != "" {
 		t.Fatalf("5 rows with limit 5: %d rows, next cursor %q", len(page.Messages), page.NextCursor)
@@ -414,7 +415,7 @@ http:
 	board := admin.NewBreakerBoard([]string{"audit", "orders", "payments"})
 	board.Observe(events.BreakerChanged{Stream: "payments", From: events.BreakerClosed, To: events.BreakerOpen})
 	f := setup(t, func(o *admin.Options) {
-		o.Streams, o.Drivers = admin.Describe(cfg)
+		o.Streams, o.Drivers = ops.Describe(cfg)
 		o.AdminToken = cfg.HTTP.AdminToken
 		o.Breakers = board.States
 	})
@@ -431,9 +432,9 @@ http:
 			t.Fatalf("secret %q appears in stats or the log:\n%s\n%s", s, res.Body, f.logs)
 		}
 	}
-	var st admin.Stats
+	var st ops.Stats
 	res.decode(t, &st)
-	want := []admin.StreamStats{
+	want := []ops.StreamStats{
 		{Stream: "audit", Driver: "core", Breaker: "closed"},
 		{Stream: "orders", Driver: "bus", Breaker: "closed", Pending: 2, Failed: 1},
 		{Stream: "payments", Driver: "js", Breaker: "open", Pending: 2},
@@ -451,7 +452,7 @@ http:
 			t.Fatalf("stream %d: %+v, want %+v", i, g, w)
 		}
 	}
-	wantDrivers := []admin.Driver{
+	wantDrivers := []ops.Driver{
 		{Name: "bus", Type: "kafka", Addresses: []string{"kafka-1:9092", "kafka-2:9092"}, Auth: "sasl/plain"},
 		{Name: "core", Type: "nats", Addresses: []string{"nats://nats-1:4222", "tls://nats-2:4222"}, TLS: true, Auth: "url credentials"},
 		{Name: "js", Type: "jetstream", Addresses: []string{"nats://127.0.0.1:4222"}, Auth: "token"},

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 // The routes are held to the documents as the configuration keys are held to
@@ -16,7 +16,7 @@ import (
 // serves with its access, and no document names an /api/ path or a method the handler
 // does not serve.
 
-const securityDoc = "../docs/security.md"
+const securityDoc = "../../docs/security.md"
 
 var (
 	// routeRow is a row of the route table: | `GET /healthz` | open | … |
@@ -29,12 +29,12 @@ var (
 
 func readDocs(t *testing.T) map[string]string {
 	t.Helper()
-	files, err := filepath.Glob("../docs/*.md")
+	files, err := filepath.Glob("../../docs/*.md")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no docs found: %v", err)
 	}
 	out := map[string]string{}
-	for _, f := range append(files, "../README.md") {
+	for _, f := range append(files, "../../README.md") {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/admin"
 )
 
 const readToken = "read-token-0123456789abcdef"

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/internal/admin"
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 // insertKeyed writes n rows of stream under key, in id order, and returns their ids.
@@ -53,7 +54,7 @@ func (f *fixture) deliver(t *testing.T, ids ...int64) {
 
 func withOrderedStreams(o *admin.Options) {
 	o.AdminToken = token
-	o.Streams = []admin.Stream{{Name: "orders", Driver: "bus", Ordered: true}, {Name: "payments", Driver: "bus"}}
+	o.Streams = []ops.Stream{{Name: "orders", Driver: "bus", Ordered: true}, {Name: "payments", Driver: "bus"}}
 }
 
 func TestSkipIsRefusedWithoutTheTokenAndSkipsAKeysHeadOrNamedMessagesWithIt(t *testing.T) {
@@ -83,12 +84,12 @@ func TestSkipIsRefusedWithoutTheTokenAndSkipsAKeysHeadOrNamedMessagesWithIt(t *t
 	}
 
 	// The stats of the ordered stream show the blocked key; the other stream has no such counts.
-	stats := func() map[string]admin.StreamStats {
+	stats := func() map[string]ops.StreamStats {
 		t.Helper()
 		res := f.do(t, "GET", "/api/v1/stats", "", bearer(token)...)
-		var st admin.Stats
+		var st ops.Stats
 		res.decode(t, &st)
-		out := map[string]admin.StreamStats{}
+		out := map[string]ops.StreamStats{}
 		for _, s := range st.Streams {
 			out[s.Stream] = s
 		}
@@ -102,9 +103,9 @@ func TestSkipIsRefusedWithoutTheTokenAndSkipsAKeysHeadOrNamedMessagesWithIt(t *t
 	}
 
 	res := f.do(t, "POST", "/api/v1/messages/skip", body, bearer(token)...)
-	var got admin.SkipResponse
+	var got ops.SkipResult
 	res.decode(t, &got)
-	if res.Status != http.StatusOK || got != (admin.SkipResponse{Skipped: 1, ID: head}) {
+	if res.Status != http.StatusOK || got != (ops.SkipResult{Skipped: 1, ID: head}) {
 		t.Fatalf("skip by key: %d %s; want 200 skipping %d", res.Status, res.Body, head)
 	}
 	if s := f.state(t, head); s.Status != "failed" || f.skippedAt(t, head) == nil || s.LastError == nil || *s.LastError != "NOT_ENOUGH_REPLICAS" {
@@ -127,9 +128,9 @@ func TestSkipIsRefusedWithoutTheTokenAndSkipsAKeysHeadOrNamedMessagesWithIt(t *t
 	f.fail(t, other[0])
 	f.deliver(t, other[1])
 	res = f.do(t, "POST", "/api/v1/messages/skip", fmt.Sprintf(`{"ids": [%d, %d]}`, other[0], other[1]), bearer(token)...)
-	got = admin.SkipResponse{}
+	got = ops.SkipResult{}
 	res.decode(t, &got)
-	if res.Status != http.StatusOK || got != (admin.SkipResponse{Skipped: 1}) {
+	if res.Status != http.StatusOK || got != (ops.SkipResult{Skipped: 1}) {
 		t.Fatalf("skip by ids: %d %s; want 1 skipped", res.Status, res.Body)
 	}
 	if f.skippedAt(t, other[0]) == nil || f.skippedAt(t, other[1]) != nil || f.state(t, other[1]).Status != "delivered" {

@@ -1,0 +1,153 @@
+package ops
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+// Paging limits of the message listing.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 1000
+)
+
+// Message is one row in a listing: every column but the payload and headers.
+type Message struct {
+	ID            int64      `json:"id"`
+	Stream        string     `json:"stream"`
+	Topic         string     `json:"topic"`
+	Key           string     `json:"key"`
+	Status        string     `json:"status"`
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	CreatedAt     time.Time  `json:"created_at"`
+	AvailableAt   time.Time  `json:"available_at"`
+	PublishedAt   *time.Time `json:"published_at"`
+	DeferredSince *time.Time `json:"deferred_since"`
+	Owner         string     `json:"owner"`
+	LeaseUntil    *time.Time `json:"lease_until"`
+	MessageID     string     `json:"message_id"`
+	PayloadBytes  int64      `json:"payload_bytes"`
+}
+
+// MessagePage is the answer of GET /api/v1/messages and of `outboxd messages --json`.
+// NextCursor is set when more rows match: pass it as cursor to get them.
+type MessagePage struct {
+	Messages   []Message `json:"messages"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+func newMessage(m store.MessageSummary) Message {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return Message{
+		ID: m.ID, Stream: m.Stream, Topic: m.Topic, Key: m.Key, Status: m.Status, Attempts: m.Attempts,
+		LastError: m.LastError, CreatedAt: m.CreatedAt, AvailableAt: m.AvailableAt,
+		PublishedAt: opt(m.PublishedAt), DeferredSince: opt(m.DeferredSince), Owner: m.Owner,
+		LeaseUntil: opt(m.LeaseUntil), MessageID: m.MessageID, PayloadBytes: m.PayloadBytes,
+	}
+}
+
+// MessageQuery is a listing request as text, from URL parameters or command-line flags.
+type MessageQuery struct {
+	Status, Stream, Since, Until, Cursor, Limit string
+}
+
+// Check refuses a query ListMessages would refuse, naming every problem.
+func (q MessageQuery) Check(now time.Time) error {
+	_, err := q.filter(now)
+	return err
+}
+
+// filter checks every field and returns the store filter, or every problem found,
+// each naming its field. Relative times count back from now.
+func (q MessageQuery) filter(now time.Time) (store.MessageFilter, error) {
+	f := store.MessageFilter{Stream: q.Stream, Status: q.Status, Limit: DefaultPageLimit}
+	var found []string
+	if msg := textProblem(q.Stream); msg != "" {
+		found = append(found, "stream: "+msg)
+	}
+	if q.Status != "" {
+		if err := store.CheckStatus(q.Status); err != nil {
+			found = append(found, "status: "+err.Error())
+		}
+	}
+	var err error
+	if f.Since, err = ParseTime(q.Since, now); err != nil {
+		found = append(found, "since: "+err.Error())
+	}
+	if f.Until, err = ParseTime(q.Until, now); err != nil {
+		found = append(found, "until: "+err.Error())
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		found = append(found, fmt.Sprintf("until (%s) must be after since (%s)",
+			f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339)))
+	}
+	if q.Cursor != "" {
+		if f.AfterID, err = decodeCursor(q.Cursor); err != nil {
+			found = append(found, err.Error())
+		}
+	}
+	if q.Limit != "" {
+		n, err := strconv.Atoi(q.Limit)
+		if err != nil || n < 1 || n > MaxPageLimit {
+			found = append(found, fmt.Sprintf("limit: want a whole number from 1 to %d, got %q", MaxPageLimit, q.Limit))
+		}
+		f.Limit = n
+	}
+	if err := problems(found); err != nil {
+		return store.MessageFilter{}, err
+	}
+	return f, nil
+}
+
+// ListMessages reads one page of what q matches (q.Limit rows at most) and the cursor
+// of the next page, if any row is left: it asks for one row more than it returns.
+func (o *Ops) ListMessages(ctx context.Context, q MessageQuery) (MessagePage, error) {
+	f, err := q.filter(o.now())
+	if err != nil {
+		return MessagePage{}, err
+	}
+	limit := f.Limit
+	f.Limit++
+	rows, err := o.store.ListMessages(ctx, f)
+	if err != nil {
+		return MessagePage{}, err
+	}
+	page := MessagePage{Messages: make([]Message, 0, min(len(rows), limit))}
+	for i, r := range rows {
+		if i == limit {
+			page.NextCursor = encodeCursor(rows[i-1].ID)
+			break
+		}
+		page.Messages = append(page.Messages, newMessage(r))
+	}
+	return page, nil
+}
+
+// encodeCursor makes the opaque cursor that resumes a listing after id.
+func encodeCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id, 10)))
+}
+
+// decodeCursor reads a cursor made by encodeCursor.
+func decodeCursor(c string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	var id int64
+	if err == nil {
+		id, err = strconv.ParseInt(string(b), 10, 64)
+	}
+	if err != nil || id < 1 {
+		return 0, fmt.Errorf("cursor %q is not one this API handed out: pass next_cursor from the previous page unchanged", c)
+	}
+	return id, nil
+}
