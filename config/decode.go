@@ -147,14 +147,14 @@ func (d *decoder) value(path string, v reflect.Value, n *yaml.Node) {
 		return
 	}
 	k := kindOf(v.Type())
-	switch {
-	case k == kindStruct || k == kindMap:
+	switch k {
+	case kindStruct, kindMap:
 		if n.Kind != yaml.MappingNode {
 			d.ps.add(path, "want %s, got %s (line %d)", k.want(), describe(n), n.Line)
 			return
 		}
 		d.mapping(path, v, n)
-	case k == kindList:
+	case kindList:
 		if n.Kind != yaml.SequenceNode {
 			d.ps.add(path, "want a list, got %s (line %d)", describe(n), n.Line)
 			return

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/router/discard"
 	"github.com/outboxd/outboxd/router/drivers"
 	"github.com/outboxd/outboxd/router/jetstream"
 	"github.com/outboxd/outboxd/router/kafka"
@@ -34,7 +33,6 @@ func driverOf[O router.Options](typ string, f func(*O)) Driver {
 func kafkaDriver(f func(*kafka.Options)) Driver         { return driverOf(kafka.Type, f) }
 func natsDriver(f func(*nats.Options)) Driver           { return driverOf(nats.Type, f) }
 func jetstreamDriver(f func(*jetstream.Options)) Driver { return driverOf(jetstream.Type, f) }
-func discardDriver() Driver                             { return driverOf[discard.Options](discard.Type, nil) }
 
 // editOptions changes the options of the driver called name.
 func editOptions[O router.Options](c *Config, name string, f func(*O)) {

@@ -53,12 +53,12 @@ var (
 )
 
 func kindOf(t reflect.Type) kind {
-	switch {
-	case t == durationType:
+	switch t {
+	case durationType:
 		return kindDuration
-	case t == secretType:
+	case secretType:
 		return kindSecret
-	case t == optionsType:
+	case optionsType:
 		return kindOptions
 	}
 	switch t.Kind() {

@@ -78,7 +78,7 @@ func TestEachAnswerIsReadAsTheClientLibraryReadsIt(t *testing.T) {
 			before := d.Duplicates()
 			err := d.Publish(ctx(t), messages(subject, 1, 8))[0]
 			var apiErr *jetstream.APIError
-			switch _, wantAPI := c.is.(*jetstream.APIError); {
+			switch wantAPI := errors.As(c.is, new(*jetstream.APIError)); {
 			case c.ok && err != nil:
 				t.Fatalf("%v, want a success", err)
 			case c.ok:

@@ -55,7 +55,7 @@ var streamNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // Validate returns every problem with the options.
 func (o Options) Validate() []driveropt.Problem {
 	var c driveropt.Checker
-	o.Options.Check(&c)
+	o.Check(&c)
 	c.IntRange("max_in_flight", o.MaxInFlight, 1, 65536)
 	p := o.Provision
 	k := func(f string) string { return "provision." + f }

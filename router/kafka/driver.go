@@ -65,7 +65,7 @@ const (
 	// with backoff and attempt accounting; the writer only rides out a blip, so that
 	// an answer comes back well within the write timeout.
 	writeAttempts   = 3
-	writeBackoffMin = 50 * time.Millisecond
+	minWriteBackoff = 50 * time.Millisecond
 	writeBackoffMax = 500 * time.Millisecond
 
 	// metadataTTL bounds how long the producer's cached view of the cluster may be
@@ -159,7 +159,7 @@ func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 		Addr:                   d.addr,
 		Balancer:               &kafka.Murmur2Balancer{},
 		MaxAttempts:            writeAttempts,
-		WriteBackoffMin:        writeBackoffMin,
+		WriteBackoffMin:        minWriteBackoff,
 		WriteBackoffMax:        writeBackoffMax,
 		BatchSize:              batchMessages,
 		BatchBytes:             maxRequestBytes,

@@ -150,7 +150,7 @@ func (c *publishCall) send(idx []int) {
 	var each kafka.WriteErrors
 	if err == nil || errors.As(err, &each) {
 		for j, e := range spread(err, topics) {
-			c.out[idx[j]] = e
+			c.out[idx[j]] = e //nolint:gosec // spread returns one result per topic, and topics has len(idx)
 		}
 		return
 	}

@@ -164,7 +164,7 @@ func (d *Driver) flush(ctx context.Context, lost <-chan nats.Status) error {
 		return classifyFlush(fmt.Errorf("flush: %w: %w", errConnectionLost, nats.ErrDisconnected))
 	case err == nil:
 		return nil
-	case context.Cause(fctx) == errNoPong:
+	case errors.Is(context.Cause(fctx), errNoPong):
 		err = fmt.Errorf("%w (%s): %w", errNoPong, d.timeout, nats.ErrTimeout)
 	}
 	return classifyFlush(fmt.Errorf("flush: %w", err))

@@ -25,16 +25,16 @@ func Check(nc *nats.Conn, m *router.Message, dedup bool) error {
 	if err := CheckHeaders(msg.Header); err != nil {
 		return router.Permanent(fmt.Errorf("publish to %s: %w", m.Topic, err))
 	}
-	if max := nc.MaxPayload(); max > 0 {
+	if limit := nc.MaxPayload(); limit > 0 {
 		size := len(m.Payload) + len("NATS/1.0\r\n\r\n")
 		for k, vs := range msg.Header {
 			for _, v := range vs {
 				size += len(k) + len(": \r\n") + len(v)
 			}
 		}
-		if int64(size) > max {
+		if int64(size) > limit {
 			return router.Permanent(fmt.Errorf("publish to %s: the message takes %d bytes and the server's max_payload is %d: %w",
-				m.Topic, size, max, nats.ErrMaxPayload))
+				m.Topic, size, limit, nats.ErrMaxPayload))
 		}
 	}
 	return nil
