@@ -26,4 +26,6 @@ fi
 if (( $# == 0 )); then
 	set -- ./...
 fi
-exec "$bin" run "$@"
+# Several checkouts on one machine may lint at once; without this flag the second
+# one fails instead of waiting.
+exec "$bin" run --allow-parallel-runners "$@"
