@@ -9,6 +9,12 @@
 // A message leaves outboxd only through a Publisher: the route's topic prefix applied,
 // then the middlewares, then the driver, whose answer is held to that contract. The
 // router never touches the database.
+//
+// Compatibility: what a driver author needs is public API, under the same semantic
+// versioning promise as producer and table: Driver, Message and its headers, the error
+// classes (Permanent, Retryable, Unreachable, Error and its Kind), Register with
+// Registration and Options, and the router/routertest suite. The rest (Router, Publisher,
+// routes, middlewares) serves outboxd itself and may change in any release.
 package router
 
 import (

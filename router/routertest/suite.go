@@ -1,6 +1,10 @@
 // Package routertest is the conformance suite every broker driver passes: complete and
 // ordered batches, per-message errors, cancellation, an unreachable broker and close.
 // Each driver's tests call Run with a harness wired to a real (embedded) broker.
+//
+// Compatibility: public API for driver authors, under the promise stated in package
+// router: a driver outside this module can run the suite, and a new case is added only
+// for behaviour the router's contract already demands.
 package routertest
 
 import (
