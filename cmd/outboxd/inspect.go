@@ -17,11 +17,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/ops"
-	"github.com/outboxd/outboxd/store"
 )
 
 // inspectTimeout bounds a read command, and each chunk of a bulk requeue.
@@ -110,7 +109,7 @@ func requeueCmd(ctx context.Context, e env) error {
 	}
 	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
 		var progress func(done, target int64)
-		terminal, shown := isTerminal(e.stderr), false
+		terminal, shown := bench.IsTerminal(e.stderr), false
 		if !*asJSON {
 			progress = func(done, target int64) {
 				if terminal { // one line, rewritten in place
@@ -146,7 +145,7 @@ func withOps(ctx context.Context, e env, fs *flag.FlagSet, f func(*ops.Ops, *con
 	}
 	openCtx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	st, done, err := openInspectStore(openCtx, cfg)
+	st, done, err := app.OpenStore(openCtx, cfg)
 	if err != nil {
 		return err
 	}
@@ -167,34 +166,6 @@ func show(w io.Writer, asJSON bool, v any, err error) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
-}
-
-// openInspectStore connects to the configured database with a small pool, for one command,
-// and refuses a schema this build does not expect.
-func openInspectStore(ctx context.Context, cfg *config.Config) (*store.Store, func(), error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
-	}
-	pc.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err == nil {
-		if err = pool.Ping(ctx); err != nil {
-			pool.Close()
-		}
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to database: %w", err)
-	}
-	st, err := store.New(pool, cfg.Table())
-	if err == nil {
-		err = checkSchema(ctx, st, cfg.DatabaseURL)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return st, pool.Close, nil
 }
 
 func parseNoArgs(fs *flag.FlagSet, args []string) error {

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/demo"
-	"github.com/outboxd/outboxd/store"
 )
 
 // The flag parsing of the verbs whose bodies live in internal/app, bench and demo.
@@ -157,10 +155,3 @@ func lookupEnv(environ []string, key string) string {
 	}
 	return ""
 }
-
-// checkSchema and isTerminal serve the inspection verbs (inspect.go, skip.go).
-func checkSchema(ctx context.Context, st *store.Store, dsn string) error {
-	return app.CheckSchema(ctx, st, dsn)
-}
-
-func isTerminal(w io.Writer) bool { return bench.IsTerminal(w) }

@@ -36,7 +36,7 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
 	dbCtx, cancel := context.WithTimeout(ctx, probeTimeout)
-	st, closeStore, err := openStore(dbCtx, cfg)
+	st, closeStore, err := OpenStore(dbCtx, cfg)
 	cancel()
 	switch {
 	case err == nil:
@@ -157,9 +157,9 @@ func summary(d config.Driver) router.Summary {
 	return router.Summary{}
 }
 
-// openStore connects to the configured table with a small pool and checks its schema;
-// done closes the pool.
-func openStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done func(), err error) {
+// OpenStore connects to the configured table with a small pool, for one command, and
+// refuses a schema this build does not expect; done closes the pool.
+func OpenStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done func(), err error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
