@@ -85,13 +85,7 @@ func migrateCmd(ctx context.Context, e env) error {
 func demoCmd(ctx context.Context, e env) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	o := demo.DefaultOptions()
-	fs.IntVar(&o.Messages, "messages", o.Messages, "messages to produce")
-	fs.IntVar(&o.Producers, "producers", o.Producers, "concurrent producer goroutines, each committing transactions")
-	fs.IntVar(&o.Batch, "batch", o.Batch, "messages per producer transaction")
-	fs.IntVar(&o.RollbackEvery, "rollback-every", o.RollbackEvery, "roll back every Nth transaction on purpose (0: never)")
-	fs.IntVar(&o.LoseAnswerEvery, "lose-answer-every", o.LoseAnswerEvery, "lose JetStream's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again and the stream's de-duplication drops the copies (0: never)")
-	fs.BoolVar(&o.JSON, "json", o.JSON, "print the summary as one JSON object on stdout, and nothing else there")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting for delivery after this long")
+	o.Register(fs)
 	if err := parseFlags(fs, e.args); err != nil {
 		return err
 	}
@@ -101,28 +95,8 @@ func demoCmd(ctx context.Context, e env) error {
 
 func benchCmd(ctx context.Context, e env) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	o, drivers := bench.DefaultOptions(), strings.Join(bench.DriverTypes(), ", ")
-	fs.IntVar(&o.Messages, "messages", o.Messages, "backlog size of the SQL ceiling and of each drain")
-	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "payload bytes per message")
-	fs.IntVar(&o.Keys, "keys", o.Keys, "distinct message keys")
-	fs.BoolVar(&o.Ordered, "ordered", o.Ordered, "make the streams ordered (per-key FIFO, docs/ordering.md); --keys 1 is a single hot key")
-	fs.IntVar(&o.Retained, "retained", o.Retained, "delivered rows kept in the table through every phase (e.g. 10000000)")
-	fs.BoolVar(&o.Flow, "flow", o.Flow, "let pipelines flow under a high producer rate (streams.<name>.flow); --flow=false keeps every insert notifying")
-	fs.StringVar(&o.Ack, "ack", o.Ack, "write-back of a confirmed message: update (mark delivered, run's default) or delete (as with janitor.retention 0)")
-	fs.IntVar(&o.Streams, "streams", o.Streams, "streams the backlog is spread over, one pipeline each")
-	fs.IntVar(&o.BatchSize, "batch", o.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")
-	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "batches in flight per stream (concurrency); default: what outboxd run uses")
-	fs.IntVar(&o.Rate, "rate", o.Rate, "offered rate of the latency phase, messages/s")
-	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long the offered-rate latency phase runs")
-	fs.IntVar(&o.IdleSamples, "idle-samples", o.IdleSamples, "messages sent one at a time through an idle pipeline")
-	fs.StringVar(&o.Drivers, "drivers", o.Drivers, "drivers to measure, comma-separated: "+drivers)
-	fs.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL to measure (default $OUTBOXD_DATABASE_URL or postgres://postgres@127.0.0.1:5432/postgres); the bench uses schema "+bench.Schema+" only")
-	fs.StringVar(&o.NATSURL, "nats-url", "", "use this NATS server (JetStream enabled for the jetstream driver) instead of an embedded one")
-	fs.StringVar(&o.KafkaBrokers, "kafka-brokers", "", "use these Kafka brokers (host:port,...) instead of an embedded Kafka-protocol broker")
-	fs.BoolVar(&o.JSON, "json", false, "print one JSON object with every figure instead of the table, and no progress")
-	fs.BoolVar(&o.Quick, "quick", false, "small sizes, for tests and CI (flags given explicitly still win)")
-	fs.StringVar(&o.Binary, "dispatcher-binary", "", "outboxd binary run as the drain's dispatcher process (default: this executable)")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a phase after this long")
+	o := bench.DefaultOptions()
+	o.Register(fs)
 	if err := parseFlags(fs, e.args); err != nil {
 		return err
 	}

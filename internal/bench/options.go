@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"github.com/outboxd/outboxd/router/driveropt"
-
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // Options are outboxd bench's command line, as cmd/outboxd's flags fill them; each

@@ -1,0 +1,15 @@
+package demo
+
+import "flag"
+
+// Register declares outboxd demo's flags on fs, each filling its field of o; o's values
+// when called are the defaults shown.
+func (o *Options) Register(fs *flag.FlagSet) {
+	fs.IntVar(&o.Messages, "messages", o.Messages, "messages to produce")
+	fs.IntVar(&o.Producers, "producers", o.Producers, "concurrent producer goroutines, each committing transactions")
+	fs.IntVar(&o.Batch, "batch", o.Batch, "messages per producer transaction")
+	fs.IntVar(&o.RollbackEvery, "rollback-every", o.RollbackEvery, "roll back every Nth transaction on purpose (0: never)")
+	fs.IntVar(&o.LoseAnswerEvery, "lose-answer-every", o.LoseAnswerEvery, "lose JetStream's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again and the stream's de-duplication drops the copies (0: never)")
+	fs.BoolVar(&o.JSON, "json", o.JSON, "print the summary as one JSON object on stdout, and nothing else there")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting for delivery after this long")
+}
