@@ -1,6 +1,7 @@
 package main
 
 import (
+	"embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,66 +20,23 @@ type helpRequested struct {
 
 func (h helpRequested) Error() string { return "help requested for " + h.verb }
 
-// verbHelp is each verb's help: its synopsis and what it does. A test holds it to the
-// verbs main dispatches, so a new verb without help fails the build's tests.
-var verbHelp = map[string]string{
-	"run": `Usage: outboxd run [--migrate] [--config FILE]
+// verbHelp is each verb's help, its synopsis and what it does, from help/VERB.txt. A
+// test holds it to the verbs main dispatches, so a new verb without help fails the tests.
+var verbHelp = map[string]string{}
 
-Deliver every stream's messages until SIGTERM or SIGINT. The admin endpoints
-(http.addr) start first; while PostgreSQL is unreachable run keeps retrying
-(database.connect_timeout bounds the wait) and /readyz answers 503. With
---migrate, pending migrations are applied once the database answers.
-`,
-	"demo": `Usage: outboxd demo [--messages N] [--json] [flags]
+//go:embed help/*.txt
+var helpFiles embed.FS
 
-Produce, dispatch and consume N messages through an embedded NATS JetStream,
-then show what arrived.
-`,
-	"bench": `Usage: outboxd bench [flags]
-
-Measure this database and the brokers; see docs/benchmarks.md.
-`,
-	"stats": `Usage: outboxd stats [--json] [--config FILE]
-
-Each stream's backlog: pending, leased, failed, deferred, oldest pending age.
-`,
-	"messages": `Usage: outboxd messages [--status S] [--stream S] [--since T] [--until T]
-                        [--limit N] [--cursor C] [--json] [--config FILE]
-
-List messages (no payloads), one page at a time.
-`,
-	"requeue": `Usage: outboxd requeue (--ids 1,2,3 | --stream S [--since T] [--until T] (--limit N | --all))
-                       [--json] [--config FILE]
-
-Put failed messages back in line, attempts reset.
-`,
-	"skip": `Usage: outboxd skip (--id N [--id M …] | --stream S --key K) [--json] [--config FILE]
-
-Give up on messages for good so their keys continue: by id, or the head (first
-undelivered message) of a key.
-`,
-	"migrate": `Usage: outboxd migrate <subcommand> [--config FILE]
-
-Subcommands:
-  up                 apply every pending schema migration, naming each one applied
-  down (N | --all)   revert N migrations, or all of them
-  version            print the applied and the expected schema version
-  status             print the version, whether it is dirty, the layout and the
-                     pending migrations
-  sql (up | down)    print the migrations as SQL for psql, with your names
-`,
-	"config": `Usage: outboxd config check [--config FILE]
-
-Validate the configuration and print it, secrets redacted.
-`,
-	"version": `Usage: outboxd version
-
-Print the build version.
-`,
-	"help": `Usage: outboxd help [command]
-
-Print the usage of outboxd, or of one command.
-`,
+func init() {
+	files, _ := helpFiles.ReadDir("help")
+	for _, f := range files {
+		text, _ := helpFiles.ReadFile("help/" + f.Name())
+		if verb := strings.TrimSuffix(f.Name(), ".txt"); verb == "outboxd" {
+			usage = string(text)
+		} else {
+			verbHelp[verb] = string(text)
+		}
+	}
 }
 
 // isHelpFlag reports whether arg asks for help the way the flag package understands it.

@@ -32,40 +32,8 @@ func (e usageError) Error() string { return e.msg }
 // errReported fails a command that has already printed why, one line per problem.
 var errReported = app.ErrReported
 
-const usage = `outboxd delivers transactional-outbox rows from PostgreSQL to Kafka and NATS.
-
-Usage:
-  outboxd <command> [flags]
-
-Commands:
-  run [--migrate]            deliver every stream's messages until SIGTERM or SIGINT
-  demo [--messages N] [--json]
-                             produce, dispatch and consume N messages through an
-                             embedded NATS JetStream, then show what arrived
-  bench [flags]              measure this database and the brokers: see docs/benchmarks.md
-  stats [--json]             each stream's backlog: pending, leased, failed, deferred,
-                             oldest pending age
-  messages [--status S] [--stream S] [--since T] [--until T] [--limit N] [--cursor C] [--json]
-                             list messages (no payloads), one page at a time
-  requeue (--ids 1,2,3 | --stream S [--since T] [--until T] (--limit N | --all)) [--json]
-                             put failed messages back in line, attempts reset
-  skip (--id N [--id M …] | --stream S --key K) [--json]
-                             give up on messages for good so their keys continue: by
-                             id, or the head (first undelivered message) of a key
-  migrate up                 apply every pending schema migration
-  migrate down (N | --all)   revert N migrations, or all of them
-  migrate version            print the applied and the expected schema version
-  migrate status             the version, dirty or not, the layout, pending migrations
-  migrate sql (up | down)    print the migrations as SQL for psql, with your names
-  config check [--connect]   validate the configuration and print it, secrets redacted;
-                             --connect also dials the database and every driver and says,
-                             per stream, whether its destination exists
-  version                    print the build version
-  help [command]             print this, or one command's usage (also: <command> --help)
-
-Every command reads OUTBOXD_* environment variables and, with --config FILE or
-OUTBOXD_CONFIG, a YAML file; see docs/configuration.md.
-`
+// usage is the help of outboxd itself, from help/outboxd.txt (help.go).
+var usage string
 
 // env is what a command may read from its surroundings, so tests can run commands
 // without touching the process environment.
