@@ -8,13 +8,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/config"
@@ -55,12 +52,7 @@ func statsCmd(ctx context.Context, e env) error {
 func messagesCmd(ctx context.Context, e env) error {
 	fs := newFlags("messages", e.stderr)
 	var q ops.MessageQuery
-	fs.StringVar(&q.Status, "status", "", "only rows in this status: pending, leased, delivered or failed")
-	fs.StringVar(&q.Stream, "stream", "", "only rows of this stream")
-	fs.StringVar(&q.Since, "since", "", "only rows created at or after this RFC 3339 time, or this long ago (2h)")
-	fs.StringVar(&q.Until, "until", "", "only rows created before this RFC 3339 time, or this long ago")
-	fs.StringVar(&q.Limit, "limit", "", fmt.Sprintf("rows per page, 1 to %d (default %d)", ops.MaxPageLimit, ops.DefaultPageLimit))
-	fs.StringVar(&q.Cursor, "cursor", "", "continue after the page that printed this cursor")
+	q.Register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object, as GET /api/v1/messages answers")
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
@@ -98,7 +90,7 @@ func requeueCmd(ctx context.Context, e env) error {
 		req.Limit = limit
 	}
 	if *idList != "" {
-		ids, err := parseIDList(*idList)
+		ids, err := ops.ParseIDs(*idList)
 		if err != nil {
 			return usageError{msg: "requeue: --ids: " + err.Error()}
 		}
@@ -109,29 +101,16 @@ func requeueCmd(ctx context.Context, e env) error {
 	}
 	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
 		var progress func(done, target int64)
-		terminal, shown := bench.IsTerminal(e.stderr), false
+		finish := func() {}
 		if !*asJSON {
-			progress = func(done, target int64) {
-				if terminal { // one line, rewritten in place
-					fmt.Fprintf(e.stderr, "\r\033[Krequeued %d/%d", done, target)
-					shown = true
-				} else {
-					fmt.Fprintf(e.stderr, "requeued %d/%d\n", done, target)
-				}
-			}
+			progress, finish = ops.Progress(e.stderr, bench.IsTerminal(e.stderr))
 		}
 		res, err := o.Requeue(ctx, req, progress)
-		if shown {
-			fmt.Fprintln(e.stderr)
-		}
-		switch {
-		case err != nil || *asJSON:
+		finish()
+		if err != nil || *asJSON {
 			return show(e.stdout, true, res, opsError("requeue", requeueHint, err))
-		case req.IDs != nil:
-			fmt.Fprintf(e.stdout, "requeued %d of the %d messages named (a message that is not failed is left alone)\n", res.Requeued, len(req.IDs))
-		default:
-			fmt.Fprintf(e.stdout, "requeued %d failed messages of stream %s\n", res.Requeued, req.Stream)
 		}
+		fmt.Fprintln(e.stdout, res.Summary(req))
 		return nil
 	})
 }
@@ -153,19 +132,12 @@ func withOps(ctx context.Context, e env, fs *flag.FlagSet, f func(*ops.Ops, *con
 	return f(ops.New(st, nil), cfg)
 }
 
-// show prints an operation's result, as JSON or as text (for a result that writes
-// itself as text), or returns its error.
+// show prints an operation's result (ops.Show), or returns its error.
 func show(w io.Writer, asJSON bool, v any, err error) error {
 	if err != nil {
 		return err
 	}
-	if t, ok := v.(interface{ WriteText(io.Writer) error }); ok && !asJSON {
-		return t.WriteText(w)
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	return ops.Show(w, asJSON, v)
 }
 
 func parseNoArgs(fs *flag.FlagSet, args []string) error {
@@ -176,18 +148,4 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 		return usageError{msg: fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
 	}
 	return nil
-}
-
-func parseIDList(s string) ([]int64, error) {
-	parts := strings.Split(s, ",")
-	ids := make([]int64, 0, len(parts))
-	for _, p := range parts {
-		p = strings.TrimSpace(p)
-		id, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || id < 1 {
-			return nil, fmt.Errorf("%q is not a message id; want positive whole numbers separated by commas", p)
-		}
-		ids = append(ids, id)
-	}
-	return ids, nil
 }

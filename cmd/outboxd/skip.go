@@ -8,28 +8,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/ops"
 )
 
-// idFlag collects --id, given once per message (or with commas).
-type idFlag []int64
-
-func (f *idFlag) String() string {
-	return strings.ReplaceAll(strings.Trim(fmt.Sprint([]int64(*f)), "[]"), " ", ",")
-}
-
-func (f *idFlag) Set(s string) error {
-	ids, err := parseIDList(s)
-	*f = append(*f, ids...)
-	return err
-}
-
 func skipCmd(ctx context.Context, e env) error {
 	fs := newFlags("skip", e.stderr)
-	var ids idFlag
+	var ids ops.IDList
 	fs.Var(&ids, "id", "skip this message, by id (repeat --id for several)")
 	stream := fs.String("stream", "", "with --key: the stream of the key whose head to skip")
 	key := fs.String("key", "", "with --stream: skip the head of this key, its first message not yet delivered")
@@ -61,16 +47,10 @@ func skipCmd(ctx context.Context, e env) error {
 	defer cancel()
 	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
 		res, err := o.Skip(ctx, req)
-		switch {
-		case err != nil || *asJSON:
+		if err != nil || *asJSON {
 			return show(e.stdout, true, res, opsError("skip", "", err))
-		case req.Key != nil:
-			fmt.Fprintf(e.stdout, "skipped message %d, the head of key %q of stream %s: the key continues with its next message\n",
-				res.ID, *req.Key, req.Stream)
-		default:
-			fmt.Fprintf(e.stdout, "skipped %d of the %d messages named (a message that is leased, delivered or already skipped is left alone)\n",
-				res.Skipped, len(req.IDs))
 		}
+		fmt.Fprintln(e.stdout, res.Summary(req))
 		return nil
 	})
 }

@@ -1,0 +1,101 @@
+package ops
+
+// What the command line needs of the operations beyond the requests themselves: flags
+// that fill a request, message ids as a flag value, and the results as text or JSON.
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Register declares outboxd messages' filter flags on fs, each filling its field of q.
+func (q *MessageQuery) Register(fs *flag.FlagSet) {
+	fs.StringVar(&q.Status, "status", "", "only rows in this status: pending, leased, delivered or failed")
+	fs.StringVar(&q.Stream, "stream", "", "only rows of this stream")
+	fs.StringVar(&q.Since, "since", "", "only rows created at or after this RFC 3339 time, or this long ago (2h)")
+	fs.StringVar(&q.Until, "until", "", "only rows created before this RFC 3339 time, or this long ago")
+	fs.StringVar(&q.Limit, "limit", "", fmt.Sprintf("rows per page, 1 to %d (default %d)", MaxPageLimit, DefaultPageLimit))
+	fs.StringVar(&q.Cursor, "cursor", "", "continue after the page that printed this cursor")
+}
+
+// IDList is a flag value collecting message ids, given once each or with commas.
+type IDList []int64
+
+func (l *IDList) String() string {
+	return strings.ReplaceAll(strings.Trim(fmt.Sprint([]int64(*l)), "[]"), " ", ",")
+}
+
+// Set adds the ids of s, a comma-separated list.
+func (l *IDList) Set(s string) error {
+	ids, err := ParseIDs(s)
+	*l = append(*l, ids...)
+	return err
+}
+
+// ParseIDs reads a comma-separated list of message ids, each a positive whole number.
+func ParseIDs(s string) ([]int64, error) {
+	parts := strings.Split(s, ",")
+	ids := make([]int64, 0, len(parts))
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		id, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || id < 1 {
+			return nil, fmt.Errorf("%q is not a message id; want positive whole numbers separated by commas", p)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// Show writes an operation's result to w: as text when it writes itself as text and
+// asJSON is false, else as indented JSON, the shape the HTTP API answers with.
+func Show(w io.Writer, asJSON bool, v any) error {
+	if t, ok := v.(interface{ WriteText(io.Writer) error }); ok && !asJSON {
+		return t.WriteText(w)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// Summary is the one line that says, for a person, what a requeue of req did.
+func (r RequeueResult) Summary(req RequeueRequest) string {
+	if req.IDs != nil {
+		return fmt.Sprintf("requeued %d of the %d messages named (a message that is not failed is left alone)", r.Requeued, len(req.IDs))
+	}
+	return fmt.Sprintf("requeued %d failed messages of stream %s", r.Requeued, req.Stream)
+}
+
+// Summary is the one line that says, for a person, what a skip of req did.
+func (r SkipResult) Summary(req SkipRequest) string {
+	if req.Key != nil {
+		return fmt.Sprintf("skipped message %d, the head of key %q of stream %s: the key continues with its next message",
+			r.ID, *req.Key, req.Stream)
+	}
+	return fmt.Sprintf("skipped %d of the %d messages named (a message that is leased, delivered or already skipped is left alone)",
+		r.Skipped, len(req.IDs))
+}
+
+// Progress returns a progress callback for a bulk requeue that writes to w: on a
+// terminal one line rewritten in place, which done ends; else a line per report.
+func Progress(w io.Writer, terminal bool) (progress func(done, target int64), done func()) {
+	shown := false
+	progress = func(done, target int64) {
+		if terminal {
+			fmt.Fprintf(w, "\r\033[Krequeued %d/%d", done, target)
+			shown = true
+		} else {
+			fmt.Fprintf(w, "requeued %d/%d\n", done, target)
+		}
+	}
+	return progress, func() {
+		if shown {
+			fmt.Fprintln(w)
+		}
+	}
+}
