@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"strings"
 
@@ -51,19 +50,12 @@ func configCmd(ctx context.Context, e env) error {
 	}
 	fs := newFlags("config check", e.stderr)
 	connect := fs.Bool("connect", false, "also dial the database and every driver and check each stream's destination")
-	if err := parseFlags(fs, e.args[1:]); err != nil {
+	if err := parseNoArgs(fs, e.args[1:]); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{msg: fmt.Sprintf("config check: unexpected argument %q", fs.Arg(0))}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
 		return err
 	}
-	if *connect {
-		return app.ConnectCheck(ctx, cfg, e.stdout, e.stderr)
-	}
-	fmt.Fprintf(e.stdout, "# configuration is valid; effective values, secrets redacted\n%s", cfg.YAML())
-	return nil
+	return app.ConfigCheck(ctx, cfg, *connect, e.stdout, e.stderr)
 }

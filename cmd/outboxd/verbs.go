@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/app"
@@ -18,11 +16,8 @@ import (
 func runCmd(ctx context.Context, e env) error {
 	fs := newFlags("run", e.stderr)
 	migrate := fs.Bool("migrate", false, "apply pending schema migrations before starting")
-	if err := parseFlags(fs, e.args); err != nil {
+	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{msg: fmt.Sprintf("run: unexpected argument %q", fs.Arg(0))}
 	}
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
@@ -53,33 +48,7 @@ func migrateCmd(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	steps := 0
-	switch {
-	case sub == "sql" && fs.NArg() != 1:
-		return usageError{msg: "migrate sql: want the direction, up or down"}
-	case sub == "sql":
-		script, err := app.Layout(cfg).Script(cfg.Table(), fs.Arg(0))
-		if err != nil {
-			return usageError{msg: "migrate sql: " + err.Error()}
-		}
-		fmt.Fprint(e.stdout, script)
-		return nil
-	case sub == "up" || sub == "version" || sub == "status":
-		if fs.NArg() > 0 {
-			return usageError{msg: fmt.Sprintf("migrate %s: unexpected argument %q", sub, fs.Arg(0))}
-		}
-	case sub == "down" && all && fs.NArg() == 0:
-	case sub == "down" && !all && fs.NArg() == 1:
-		steps, err = strconv.Atoi(fs.Arg(0))
-		if err != nil || steps < 1 {
-			return usageError{msg: fmt.Sprintf("migrate down: want a positive number of steps, got %q", fs.Arg(0))}
-		}
-	case sub == "down":
-		return usageError{msg: "migrate down: want a number of steps or --all"}
-	default:
-		return usageError{msg: fmt.Sprintf("migrate: unknown subcommand %q", sub)}
-	}
-	return app.Migrate(ctx, cfg, sub, steps, e.stdout)
+	return asUsage[app.UsageError](app.MigrateCommand(ctx, cfg, sub, all, fs.Args(), e.stdout))
 }
 
 func demoCmd(ctx context.Context, e env) error {
@@ -97,11 +66,8 @@ func benchCmd(ctx context.Context, e env) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := bench.DefaultOptions()
 	o.Register(fs)
-	if err := parseFlags(fs, e.args); err != nil {
+	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{msg: fmt.Sprintf("bench: unexpected argument %q", fs.Arg(0))}
 	}
 	o.Given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })

@@ -183,3 +183,13 @@ func OpenStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done fu
 	}
 	return st, pool.Close, nil
 }
+
+// ConfigCheck is `outboxd config check`: it prints the effective configuration, secrets
+// redacted, or with connect runs ConnectCheck instead.
+func ConfigCheck(ctx context.Context, cfg *config.Config, connect bool, stdout, stderr io.Writer) error {
+	if connect {
+		return ConnectCheck(ctx, cfg, stdout, stderr)
+	}
+	_, err := fmt.Fprintf(stdout, "# configuration is valid; effective values, secrets redacted\n%s", cfg.YAML())
+	return err
+}

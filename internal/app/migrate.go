@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/config"
@@ -103,4 +104,44 @@ func printStatus(stdout io.Writer, table string, layout migrations.Layout, v uin
 		return errors.New("migration state is dirty")
 	}
 	return nil
+}
+
+// UsageError is a mistake on a verb's command line found here, after its flags: the
+// command line reports it as its own usage error.
+type UsageError string
+
+func (e UsageError) Error() string { return string(e) }
+
+// MigrateCommand is `outboxd migrate SUB [ARG]`, its flags parsed: it checks args, what
+// the command line left after the flags, and runs SUB. sql prints the script of the
+// direction args[0]; down reverts args[0] steps or, with all, every migration.
+func MigrateCommand(ctx context.Context, cfg *config.Config, sub string, all bool, args []string, stdout io.Writer) error {
+	steps := 0
+	switch {
+	case sub == "sql" && len(args) != 1:
+		return UsageError("migrate sql: want the direction, up or down")
+	case sub == "sql":
+		script, err := Layout(cfg).Script(cfg.Table(), args[0])
+		if err != nil {
+			return UsageError("migrate sql: " + err.Error())
+		}
+		_, err = fmt.Fprint(stdout, script)
+		return err
+	case sub == "up" || sub == "version" || sub == "status":
+		if len(args) > 0 {
+			return UsageError(fmt.Sprintf("migrate %s: unexpected argument %q", sub, args[0]))
+		}
+	case sub == "down" && all && len(args) == 0:
+	case sub == "down" && !all && len(args) == 1:
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 1 {
+			return UsageError(fmt.Sprintf("migrate down: want a positive number of steps, got %q", args[0]))
+		}
+		steps = n
+	case sub == "down":
+		return UsageError("migrate down: want a number of steps or --all")
+	default:
+		return UsageError(fmt.Sprintf("migrate: unknown subcommand %q", sub))
+	}
+	return Migrate(ctx, cfg, sub, steps, stdout)
 }
