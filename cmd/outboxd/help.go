@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 )
 
@@ -95,14 +94,4 @@ func helpCmd(e env, dispatch func(env) error) error {
 	}
 	// Every verb answers --help before anything else; one that did not is a bug here.
 	return fmt.Errorf("help: %s did not answer --help: %v", verb, err)
-}
-
-// verbNames lists the verbs with help, sorted, for tests and messages.
-func verbNames() []string {
-	names := make([]string, 0, len(verbHelp))
-	for v := range verbHelp {
-		names = append(names, v)
-	}
-	sort.Strings(names)
-	return names
 }

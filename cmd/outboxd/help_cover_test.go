@@ -25,3 +25,13 @@ func TestHelpCoversEveryVerb(t *testing.T) {
 		}
 	}
 }
+
+// verbNames lists the verbs with help, sorted, for tests and messages.
+func verbNames() []string {
+	names := make([]string, 0, len(verbHelp))
+	for v := range verbHelp {
+		names = append(names, v)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -75,26 +75,15 @@ const requeueHint = " (flags: --ids, or --stream with --since, --until and --lim
 
 func requeueCmd(ctx context.Context, e env) error {
 	fs := newFlags("requeue", e.stderr)
-	idList := fs.String("ids", "", "requeue these failed messages, by id (comma-separated)")
-	var req ops.RequeueRequest
-	fs.StringVar(&req.Stream, "stream", "", "requeue failed messages of this stream")
-	fs.StringVar(&req.Since, "since", "", "with --stream: only messages created at or after this RFC 3339 time, or this long ago (2h)")
-	fs.StringVar(&req.Until, "until", "", "with --stream: only messages created before this RFC 3339 time, or this long ago")
-	limit := fs.Int("limit", 0, "with --stream: requeue at most this many, oldest first")
-	fs.BoolVar(&req.All, "all", false, "with --stream: requeue every matching failed message")
+	var flags ops.RequeueFlags
+	flags.Register(fs)
 	asJSON := fs.Bool("json", false, `print {"requeued": N} and no progress`)
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
-	if given(fs, "limit") {
-		req.Limit = limit
-	}
-	if *idList != "" {
-		ids, err := ops.ParseIDs(*idList)
-		if err != nil {
-			return usageError{msg: "requeue: --ids: " + err.Error()}
-		}
-		req.IDs = ids
+	req, err := flags.Request(fs)
+	if err != nil {
+		return usageError{msg: "requeue: " + err.Error()}
 	}
 	if err := req.Check(time.Now()); err != nil {
 		return opsError("requeue", requeueHint, err)

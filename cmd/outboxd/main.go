@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -28,9 +29,6 @@ type usageError struct {
 }
 
 func (e usageError) Error() string { return e.msg }
-
-// errReported fails a command that has already printed why, one line per problem.
-var errReported = app.ErrReported
 
 // usage is the help of outboxd itself, from help/outboxd.txt (help.go).
 var usage string
@@ -59,7 +57,7 @@ func run(ctx context.Context, e env) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, errReported):
+	case errors.Is(err, app.ErrReported):
 		return 1
 	case errors.As(err, &help):
 		if help.verb == "" {
@@ -125,10 +123,8 @@ func runCommand(ctx context.Context, e env) error {
 }
 
 func versionCmd(_ context.Context, e env) error {
-	for _, a := range e.args {
-		if isHelpFlag(a) {
-			return helpRequested{verb: "version"}
-		}
+	if slices.ContainsFunc(e.args, isHelpFlag) {
+		return helpRequested{verb: "version"}
 	}
 	if len(e.args) > 0 {
 		return usageError{msg: fmt.Sprintf("version: unexpected argument %q", e.args[0])}

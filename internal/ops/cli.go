@@ -99,3 +99,40 @@ func Progress(w io.Writer, terminal bool) (progress func(done, target int64), do
 		}
 	}
 }
+
+// RequeueFlags are outboxd requeue's flags: the request's own fields, and the ids and
+// the limit as the command line gives them. Request turns them into the request.
+type RequeueFlags struct {
+	RequeueRequest
+	ids   string
+	limit int
+}
+
+// Register declares outboxd requeue's flags on fs, except --json.
+func (f *RequeueFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.ids, "ids", "", "requeue these failed messages, by id (comma-separated)")
+	fs.StringVar(&f.Stream, "stream", "", "requeue failed messages of this stream")
+	fs.StringVar(&f.Since, "since", "", "with --stream: only messages created at or after this RFC 3339 time, or this long ago (2h)")
+	fs.StringVar(&f.Until, "until", "", "with --stream: only messages created before this RFC 3339 time, or this long ago")
+	fs.IntVar(&f.limit, "limit", 0, "with --stream: requeue at most this many, oldest first")
+	fs.BoolVar(&f.All, "all", false, "with --stream: requeue every matching failed message")
+}
+
+// Request is the request the parsed flags of fs make: a limit only when --limit was
+// given, even as 0, and the ids of --ids; an error names a bad --ids.
+func (f *RequeueFlags) Request(fs *flag.FlagSet) (RequeueRequest, error) {
+	req := f.RequeueRequest
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "limit" {
+			req.Limit = &f.limit
+		}
+	})
+	if f.ids != "" {
+		ids, err := ParseIDs(f.ids)
+		if err != nil {
+			return req, fmt.Errorf("--ids: %w", err)
+		}
+		req.IDs = ids
+	}
+	return req, nil
+}
