@@ -23,11 +23,11 @@ import (
 // inspectTimeout bounds a read command, and each chunk of a bulk requeue.
 const inspectTimeout = time.Minute
 
-// opsError maps an operation's error to an exit status: a refused request (ops.Invalid)
-// is a usage error, exit 2, with hint appended; anything else, ops.Conflict included,
+// opsError maps an operation's error to an exit status: a refused request (ops.ErrInvalid)
+// is a usage error, exit 2, with hint appended; anything else, ops.ErrConflict included,
 // exits 1 with its text.
 func opsError(verb, hint string, err error) error {
-	if errors.Is(err, ops.Invalid) {
+	if errors.Is(err, ops.ErrInvalid) {
 		return usageError{msg: verb + ": " + err.Error() + hint}
 	}
 	return err

@@ -58,7 +58,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	res, err := s.ops.Requeue(ctx, req, nil)
-	if err == nil || !errors.Is(err, ops.Invalid) {
+	if err == nil || !errors.Is(err, ops.ErrInvalid) {
 		limit := 0
 		if req.Limit != nil {
 			limit = *req.Limit
@@ -147,7 +147,7 @@ func checkParams(q url.Values, allowed []string) error {
 // and _.-, so the error shows it unambiguously.
 func paramName(k string) string {
 	if k == "" || strings.ContainsFunc(k, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.-", r))
+		return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && !strings.ContainsRune("_.-", r)
 	}) {
 		return strconv.Quote(k)
 	}
@@ -155,8 +155,8 @@ func paramName(k string) string {
 }
 
 // fail answers err, the one place an error becomes a status: a request this edge could
-// not read with its own status, an operation's refusal with 400 (ops.Invalid) or 409
-// (ops.Conflict), anything else (the database) with 500, or 503 past its deadline, and
+// not read with its own status, an operation's refusal with 400 (ops.ErrInvalid) or 409
+// (ops.ErrConflict), anything else (the database) with 500, or 503 past its deadline, and
 // the error's text, which names the operation and the table and never a credential.
 // Server-side failures are logged: the operator reads logs, not responses.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -165,10 +165,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &re):
 		writeError(w, re.status, re.msg)
 		return
-	case errors.Is(err, ops.Invalid):
+	case errors.Is(err, ops.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
-	case errors.Is(err, ops.Conflict):
+	case errors.Is(err, ops.ErrConflict):
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}

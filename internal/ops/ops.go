@@ -8,7 +8,7 @@
 // Invariants: every operation checks its whole request before it touches the database,
 // and a request it refuses changes nothing; HTTP and the CLI reach the database, for
 // these operations, only through this package; what it refuses is one of a few typed
-// errors (Invalid, Conflict), which each edge maps to its status or exit code in one
+// errors (ErrInvalid, ErrConflict), which each edge maps to its status or exit code in one
 // place, and anything else is a failure of the database or the context.
 package ops
 
@@ -57,12 +57,12 @@ func New(st Store, now func() time.Time) *Ops {
 // The kinds of refusal. An edge tells them apart with errors.Is; the error's text is
 // the message for the operator, naming what is wrong.
 var (
-	// Invalid is a request that does not check: nothing was read or changed (HTTP 400,
+	// ErrInvalid is a request that does not check: nothing was read or changed (HTTP 400,
 	// exit status 2).
-	Invalid = errors.New("invalid request")
-	// Conflict is a valid request that found nothing it may change, where the caller
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict is a valid request that found nothing it may change, where the caller
 	// expects a change (HTTP 409, exit status 1).
-	Conflict = errors.New("nothing to change")
+	ErrConflict = errors.New("nothing to change")
 )
 
 // refusal is an error of one of the kinds above, with the operator's message.
@@ -75,9 +75,9 @@ func (r *refusal) Error() string { return r.msg }
 func (r *refusal) Unwrap() error { return r.kind }
 
 func invalid(format string, args ...any) error {
-	return &refusal{kind: Invalid, msg: fmt.Sprintf(format, args...)}
+	return &refusal{kind: ErrInvalid, msg: fmt.Sprintf(format, args...)}
 }
 
 func conflict(format string, args ...any) error {
-	return &refusal{kind: Conflict, msg: fmt.Sprintf(format, args...)}
+	return &refusal{kind: ErrConflict, msg: fmt.Sprintf(format, args...)}
 }

@@ -11,7 +11,7 @@ import (
 
 // TestEveryRefusedRequestIsInvalidAndNeverReachesTheStore runs each operation with a
 // request it must refuse over operations that have no store at all: a refusal that
-// touched the database first would panic here instead of answering ops.Invalid.
+// touched the database first would panic here instead of answering ops.ErrInvalid.
 func TestEveryRefusedRequestIsInvalidAndNeverReachesTheStore(t *testing.T) {
 	t.Parallel()
 	o := ops.New(nil, func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) })
@@ -45,8 +45,8 @@ func TestEveryRefusedRequestIsInvalidAndNeverReachesTheStore(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			if err := c.run(); !errors.Is(err, ops.Invalid) || errors.Is(err, ops.Conflict) {
-				t.Fatalf("got %v; want an ops.Invalid refusal", err)
+			if err := c.run(); !errors.Is(err, ops.ErrInvalid) || errors.Is(err, ops.ErrConflict) {
+				t.Fatalf("got %v; want an ops.ErrInvalid refusal", err)
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func (r SkipRequest) Check() error {
 
 // Skip skips what req names: each of its IDs that is failed (and not yet skipped) or
 // pending, or the head of its Stream's Key when that head is failed or pending. A
-// request that skips nothing is a Conflict naming why, since an operator who asked for
+// request that skips nothing is an ErrConflict naming why, since an operator who asked for
 // a skip expects one.
 func (o *Ops) Skip(ctx context.Context, req SkipRequest) (SkipResult, error) {
 	if err := req.Check(); err != nil {

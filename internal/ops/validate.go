@@ -38,9 +38,9 @@ func textProblem(s string) string {
 
 // checkIDs refuses a list of ids that is empty, longer than one batch, or names a
 // number that is no message id; more says how to ask for more than a batch.
-func checkIDs(ids []int64, max int, more string) error {
-	if len(ids) == 0 || len(ids) > max {
-		return invalid("ids: want 1 to %d ids, got %d%s", max, len(ids), more)
+func checkIDs(ids []int64, most int, more string) error {
+	if len(ids) == 0 || len(ids) > most {
+		return invalid("ids: want 1 to %d ids, got %d%s", most, len(ids), more)
 	}
 	for _, id := range ids {
 		if id < 1 {
