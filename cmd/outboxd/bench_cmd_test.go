@@ -2,9 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"go/build"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +20,7 @@ func buildOutboxd(t *testing.T) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
 	}
 	bin := filepath.Join(t.TempDir(), "outboxd")
 	cmd := exec.Command(goTool, "build", "-o", bin, ".")

@@ -93,5 +93,5 @@ func helpCmd(e env, dispatch func(env) error) error {
 		return err
 	}
 	// Every verb answers --help before anything else; one that did not is a bug here.
-	return fmt.Errorf("help: %s did not answer --help: %v", verb, err)
+	return fmt.Errorf("help: %s did not answer --help: %w", verb, err)
 }

@@ -166,7 +166,12 @@ func TestTheServerCapsHeadersAndBodiesItReads(t *testing.T) {
 	go func() {
 		served <- admin.ServeListener(ctx, ln, admin.New(admin.Options{Store: f.store, AdminToken: token}))
 	}()
-	t.Cleanup(func() { cancel(); <-served })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 	base := "http://" + ln.Addr().String()
 
 	send := func(req *http.Request) (int, string) {

@@ -570,7 +570,8 @@ func TestServeShutsDownGracefullyWhenTheContextEnds(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Serve did not return after its context ended")
 	}
-	if _, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil {
+		resp.Body.Close()
 		t.Fatal("still serving after shutdown")
 	}
 	if err := admin.Serve(context.Background(), "127.0.0.1:99999", nil); err == nil || !strings.Contains(err.Error(), "http.addr") {

@@ -194,7 +194,7 @@ func insertCatalogue(t *testing.T, w *world, rows []badRow) []insertedRow {
 	t.Helper()
 	tx, err := w.pg.Pool.Begin(w.ctx)
 	must(t, err)
-	defer tx.Rollback(w.ctx) //nolint:errcheck // a no-op once committed
+	defer tx.Rollback(w.ctx) // a no-op once committed
 	insert := func(r badRow) int64 {
 		t.Helper()
 		headers := r.headers
@@ -636,7 +636,7 @@ func TestTheDatabaseRefusesMalformedRowsAtInsertNamingTheConstraint(t *testing.T
 				defer cancel()
 				tx, err := pg.Pool.Begin(ctx)
 				must(t, err)
-				defer tx.Rollback(ctx) //nolint:errcheck // the transaction is aborted anyway
+				defer tx.Rollback(ctx) // the transaction is aborted anyway
 				_, err = tx.Exec(ctx, `INSERT INTO `+pg.Table.Qualified()+` (stream, topic, headers, payload, message_id)
 					VALUES ($1, $2, $3::text::jsonb, $4::text::bytea, $5)`, c.stream, c.topic, c.headers, c.payload, c.messageID)
 				var pgErr *pgconn.PgError
