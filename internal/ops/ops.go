@@ -3,7 +3,9 @@
 // is internal to outboxd: the HTTP API (internal/admin) and the CLI verbs (cmd/outboxd)
 // are thin edges over it, so both answer in the same shapes (its result types are the
 // wire types) and refuse the same mistakes with the same words. Results also write
-// themselves as text for a person (WriteText), which belongs to no transport.
+// themselves as text for a person (WriteText), which belongs to no transport. The
+// requests that the CLI fills from flags register those flags themselves (cli.go), so a
+// flag's name and help sit beside the field it sets; main still owns parsing.
 //
 // Invariants: every operation checks its whole request before it touches the database,
 // and a request it refuses changes nothing; HTTP and the CLI reach the database, for
