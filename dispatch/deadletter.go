@@ -35,8 +35,10 @@ type DeadLetterRoute struct {
 	Publisher Publisher
 }
 
-// DeadLetterOptions tunes the forwarder; zero values take the defaults noted.
-type DeadLetterOptions struct {
+// DeadLetterConfig is the forwarder's routes (one per stream at most; a later route for
+// the same stream wins) and tuning; zero durations take the defaults noted.
+type DeadLetterConfig struct {
+	Routes         []DeadLetterRoute
 	BackoffInitial time.Duration // first pause after a failed forwarding attempt (500ms)
 	BackoffMax     time.Duration // longest pause (30s)
 	PublishTimeout time.Duration // bound on one forwarding attempt (10s)
@@ -61,25 +63,20 @@ type DeadLetterForwarder struct {
 	routes map[string]DeadLetterRoute
 	emit   Emitter
 	log    *slog.Logger
-	opts   DeadLetterOptions
+	opts   DeadLetterConfig
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	// closedLogged: messages handled after Close are given up with one log line, not one each.
 	closedLogged atomic.Bool
 }
 
-// NewDeadLetterForwarder builds a forwarder for routes (one per stream at most; a later
-// route for the same stream wins); a route without a publisher is a wiring error and
-// panics. Outcomes are reported to emit, which may be the bus the forwarder subscribes
+// NewDeadLetterForwarder builds a forwarder for cfg.Routes; a route without a publisher
+// is a wiring error and panics. Outcomes are reported to emit, which may be the bus the forwarder subscribes
 // to (Emit never blocks, so a handler emitting to its own bus cannot deadlock). emit and
 // logger may be nil.
-func NewDeadLetterForwarder(routes []DeadLetterRoute, emit Emitter, logger *slog.Logger, opts DeadLetterOptions) *DeadLetterForwarder {
-	if emit == nil {
-		emit = discardEmitter{}
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+func NewDeadLetterForwarder(cfg DeadLetterConfig, emit Emitter, logger *slog.Logger) *DeadLetterForwarder {
+	emit, logger = orDiscard(emit, logger)
+	opts := cfg
 	if opts.BackoffInitial <= 0 {
 		opts.BackoffInitial = 500 * time.Millisecond
 	}
@@ -90,12 +87,12 @@ func NewDeadLetterForwarder(routes []DeadLetterRoute, emit Emitter, logger *slog
 		opts.PublishTimeout = 10 * time.Second
 	}
 	f := &DeadLetterForwarder{
-		routes: make(map[string]DeadLetterRoute, len(routes)),
+		routes: make(map[string]DeadLetterRoute, len(cfg.Routes)),
 		emit:   emit,
 		log:    logger,
 		opts:   opts,
 	}
-	for _, r := range routes {
+	for _, r := range cfg.Routes {
 		if r.Publisher == nil {
 			panic(fmt.Sprintf("dispatch: dead-letter route of stream %q has no publisher", r.Stream))
 		}

@@ -270,8 +270,7 @@ func TestTheForwarderGivesUpAPermanentRefusalAtOnce(t *testing.T) {
 		return router.Permanent(errors.New("message too large for the dead-letter stream"))
 	}}
 	rec := newRecorder()
-	f := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, rec, nil,
-		dispatch.DeadLetterOptions{BackoffInitial: time.Hour})
+	f := dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, BackoffInitial: time.Hour}, rec, nil)
 	defer f.Close()
 	f.Handle(dlFailedEvent("orders", 1))
 	if pub.calls.Load() != 1 || dlCount(rec, events.DeadLetterGaveUp) != 1 || dlCount(rec, events.DeadLetterRetried) != 0 {
@@ -291,8 +290,7 @@ func TestTheForwarderRetriesWhatMayPassAndCountsEachRetry(t *testing.T) {
 		return nil
 	}}
 	rec := newRecorder()
-	f := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, rec, nil,
-		dispatch.DeadLetterOptions{BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond})
+	f := dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond}, rec, nil)
 	defer f.Close()
 	f.Handle(dlFailedEvent("orders", 1))
 	if pub.calls.Load() != 3 || dlCount(rec, events.DeadLetterRetried) != 2 || dlCount(rec, events.DeadLetterForwardedOK) != 1 {
@@ -306,8 +304,7 @@ func TestCloseInterruptsARetryingForwardAndGivesItUp(t *testing.T) {
 		return router.Unreachable(errors.New("connection refused"))
 	}}
 	rec := newRecorder()
-	f := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, rec, nil,
-		dispatch.DeadLetterOptions{BackoffInitial: time.Hour, BackoffMax: time.Hour})
+	f := dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, BackoffInitial: time.Hour, BackoffMax: time.Hour}, rec, nil)
 	handled := make(chan struct{})
 	go func() {
 		defer close(handled)
@@ -334,7 +331,7 @@ func TestTheForwarderIgnoresOtherEventsAndStreamsWithoutARoute(t *testing.T) {
 	t.Parallel()
 	pub := &dlScriptedPublisher{result: func(context.Context, int64) error { return nil }}
 	rec := newRecorder()
-	f := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}, rec, nil, dispatch.DeadLetterOptions{})
+	f := dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: pub}}}, rec, nil)
 	defer f.Close()
 	for _, e := range []events.Event{events.Iteration{Stream: "orders"}, dlFailedEvent("payments", 1),
 		events.DeadLetterForwarded{Stream: "orders", ID: 1, Result: events.DeadLetterRetried}} {
@@ -362,8 +359,7 @@ func dlWire(t *testing.T, route dispatch.DeadLetterRoute, queue int) *dlWiring {
 	t.Helper()
 	w := &dlWiring{bus: events.NewBus(nil), rec: newRecorder()}
 	w.bus.Subscribe("recorder", w.rec.Emit)
-	w.fwd = dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{route}, w.bus, nil,
-		dispatch.DeadLetterOptions{BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	w.fwd = dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{route}, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}, w.bus, nil)
 	w.bus.SubscribeAsync("deadletter", queue, w.fwd.Handle, events.Filter(w.fwd.Wants))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -615,7 +611,7 @@ func TestADeadLetterLeavesThroughTheRoutersMiddlewaresWithoutTheStreamPrefix(t *
 	dead, err := rt.DeadLetter("orders")
 	must(t, err)
 	rec := newRecorder()
-	f := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: dead}}, rec, nil, dispatch.DeadLetterOptions{})
+	f := dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{{Stream: "orders", Topic: "dlq.orders", Publisher: dead}}}, rec, nil)
 	defer f.Close()
 	f.Handle(dlFailedEvent("orders", 7))
 	if dlCount(rec, events.DeadLetterForwardedOK) != 1 || dlq.confirmed[7] != 1 {

@@ -92,10 +92,10 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 	d.metrics = metrics.New(reg, testStreams, testDrivers, metrics.BuildInfo{Version: "test"})
 	d.bus.Subscribe("metrics", d.metrics.Handle)
 	d.bus.Subscribe("probe", d.probe.handle)
-	fwd := dispatch.NewDeadLetterForwarder([]dispatch.DeadLetterRoute{
+	fwd := dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: []dispatch.DeadLetterRoute{
 		{Stream: "orders", Topic: "dlq.orders", Publisher: publisher("orders")},
 		{Stream: "ledger", Topic: "dlq.ledger", Publisher: publisher("ledger")},
-	}, d.bus, nil, dispatch.DeadLetterOptions{BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, PublishTimeout: time.Second})
+	}, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, PublishTimeout: time.Second}, d.bus, nil)
 	d.bus.SubscribeAsync("deadletter", 256, fwd.Handle, events.Filter(fwd.Wants))
 	d.metrics.ObserveBus(d.bus, "metrics", "probe", "deadletter")
 	t.Cleanup(func() {

@@ -207,7 +207,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		}
 	}
 	if len(dead) > 0 {
-		d.deadLetter = dispatch.NewDeadLetterForwarder(dead, d.bus, logger, dispatch.DeadLetterOptions{})
+		d.deadLetter = dispatch.NewDeadLetterForwarder(dispatch.DeadLetterConfig{Routes: dead}, d.bus, logger)
 		// One queue per stream: a dead-letter broker that is down holds back only the
 		// dead letters of the streams routed to it.
 		for _, route := range dead {
