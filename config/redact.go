@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/pgdsn"
-	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // Redacted returns a deep copy safe to print: every non-empty Secret holds [REDACTED],
@@ -80,16 +79,6 @@ func redactURLs(s string) string {
 		parts[i] = pgdsn.RedactURL(p, mask, true)
 	}
 	return strings.Join(parts, ",")
-}
-
-// redactURL replaces the credentials in a URL with repl (see driveropt.RedactURL).
-func redactURL(s, repl string, userIsSecret bool) string {
-	return driveropt.RedactURL(s, repl, userIsSecret)
-}
-
-// urlParseProblem explains why url.Parse rejected s without quoting any credential.
-func urlParseProblem(s string, userIsSecret bool) string {
-	return driveropt.URLParseProblem(s, userIsSecret)
 }
 
 // RedactParseError returns err with the DSN a pgx parse error quotes redacted

@@ -89,7 +89,7 @@ func (v *checker) dsn(key, s string) {
 	case strings.Contains(s, "://"):
 		u, err := url.Parse(s)
 		if err != nil {
-			v.Add(key, "not a valid URL: %s", urlParseProblem(s, false))
+			v.Add(key, "not a valid URL: %s", driveropt.URLParseProblem(s, false))
 			return
 		}
 		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
@@ -296,7 +296,7 @@ func (v *checker) tracing(key string, t Tracing) {
 	}
 	if t.Endpoint != "" && !v.Placeholder(k("endpoint"), t.Endpoint) {
 		if msg := endpointProblem(t.Endpoint); msg != "" {
-			v.Add(k("endpoint"), "want an http:// or https:// URL, got %s: %s", quoteShort(redactURL(t.Endpoint, mask, true)), msg)
+			v.Add(k("endpoint"), "want an http:// or https:// URL, got %s: %s", quoteShort(pgdsn.RedactURL(t.Endpoint, mask, true)), msg)
 		}
 	}
 	if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) {
@@ -309,7 +309,7 @@ func endpointProblem(s string) string {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return urlParseProblem(s, true)
+		return driveropt.URLParseProblem(s, true)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return "the scheme must be http or https"
 	case u.Host == "":

@@ -5,10 +5,13 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+
+	"github.com/outboxd/outboxd/internal/pgdsn"
 )
 
-// Mask is what every printable form of a non-empty secret shows instead of it.
-const Mask = "[REDACTED]"
+// Mask is what every printable form of a non-empty secret shows instead of it: the
+// same placeholder the DSN and URL redaction writes (pgdsn.Mask).
+const Mask = pgdsn.Mask
 
 // Secret is a string that prints, marshals and logs as [REDACTED] (or as nothing when
 // empty, so that "is it set?" stays visible). Only Reveal returns the value; call it at
