@@ -88,7 +88,7 @@ func TestTheMigrateCLIWithTheDocumentedOptionsRecordsTheVersionOutboxdReads(t *t
 	// run starts on it and becomes ready.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	done := make(chan int, 1)
 	runEnv := append(environ, "OUTBOXD_DRIVERS__BUS__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=bus", "OUTBOXD_HTTP__ADDR=127.0.0.1:0")
 	go func() { done <- run(ctx, env{args: []string{"run"}, environ: runEnv, stdout: &logs, stderr: &logs}) }()

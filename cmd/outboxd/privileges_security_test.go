@@ -121,7 +121,7 @@ func TestADispatcherAndAProducerWorkWithLeastPrivilege(t *testing.T) {
 		"OUTBOXD_STREAMS__ORDERS__POLL_INTERVAL=50ms",
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(runCtx, env{args: []string{"run"}, environ: environ, stdout: &logs, stderr: &logs})

@@ -2,39 +2,19 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
-// syncBuffer is a log sink safe for the dispatcher's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // adminAddr reads the admin listener's address from run's start-up log.
-func adminAddr(t *testing.T, logs *syncBuffer) string {
+func adminAddr(t *testing.T, logs *testenv.SyncBuffer) string {
 	t.Helper()
 	for _, line := range strings.Split(logs.String(), "\n") {
 		var l struct {
@@ -70,7 +50,7 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, env{args: []string{"run", "--migrate"}, environ: environ, stdout: &stderr, stderr: &stderr})

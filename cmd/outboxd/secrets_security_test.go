@@ -163,7 +163,7 @@ func TestSecretsReachNoLogMetricAPIAnswerOrErrorEvenWhenThingsFail(t *testing.T)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, env{args: []string{"run", "--migrate"}, environ: environ, stdout: &logs, stderr: &logs})

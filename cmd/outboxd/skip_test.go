@@ -212,7 +212,7 @@ func TestRunShowsAnOrderedStreamsBlockedKeyAndASkipOverHTTPReleasesIt(t *testing
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, env{args: []string{"run"}, environ: environ, stdout: &logs, stderr: &logs}) }()
 	delivered := func(ids []int64) int {

@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,25 +36,8 @@ type fixture struct {
 	pg    *testenv.PG
 	store *store.Store
 	srv   *httptest.Server
-	logs  *syncBuffer
+	logs  *testenv.SyncBuffer
 	ctx   context.Context
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // setup serves the admin API on a table of the test's own; adjust changes the options
@@ -69,7 +51,7 @@ func setup(t *testing.T, adjust func(*admin.Options)) *fixture {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	f := &fixture{pg: pg, store: st, logs: &syncBuffer{}, ctx: ctx}
+	f := &fixture{pg: pg, store: st, logs: &testenv.SyncBuffer{}, ctx: ctx}
 	opt := admin.Options{
 		Store:   st,
 		Streams: []ops.Stream{{Name: "orders", Driver: "bus"}, {Name: "payments", Driver: "bus"}},

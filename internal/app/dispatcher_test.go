@@ -1,10 +1,8 @@
 package app
 
 import (
-	"bytes"
 	"github.com/outboxd/outboxd/router/drivers"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,24 +12,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// syncBuffer is a log sink safe for the dispatcher's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func TestAStreamWithFlowOffRunsAPipelineThatNeverFlows(t *testing.T) {
 	t.Parallel()

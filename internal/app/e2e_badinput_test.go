@@ -256,11 +256,11 @@ func (l *eventLog) snapshot() []events.Event {
 
 // startWatchedDispatcher runs one dispatcher whose events and logs the test sees, and an
 // unserved-stream sampler on its store and bus. stop waits for both to end.
-func (w *world) startWatchedDispatcher(t *testing.T, replica string) (ev *eventLog, logs *syncBuffer, stop func()) {
+func (w *world) startWatchedDispatcher(t *testing.T, replica string) (ev *eventLog, logs *testenv.SyncBuffer, stop func()) {
 	t.Helper()
 	cfg := w.cfg
 	cfg.ReplicaID = replica
-	ev, logs = &eventLog{}, &syncBuffer{}
+	ev, logs = &eventLog{}, &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	d, err := NewDispatcher(w.ctx, &cfg, logger, Options{Subscribe: func(bus *events.Bus) {
 		bus.Subscribe("test", ev.add)
