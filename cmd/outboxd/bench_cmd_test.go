@@ -15,15 +15,16 @@ import (
 
 // buildOutboxd builds this command into a temporary directory. outboxd bench runs the
 // drain's dispatcher as a child process, and inside `go test` its own executable is the
-// test binary, so the test hands it a real outboxd with --dispatcher-binary.
-func buildOutboxd(t *testing.T) string {
+// test binary, so the test hands it a real outboxd with --dispatcher-binary. tags are
+// build tags (noembed).
+func buildOutboxd(t *testing.T, tags ...string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
 	}
 	bin := filepath.Join(t.TempDir(), "outboxd")
-	cmd := exec.Command(goTool, "build", "-o", bin, ".")
+	cmd := exec.Command(goTool, "build", "-tags", strings.Join(tags, ","), "-o", bin, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build outboxd for the bench's dispatcher process (needs the go tool on PATH): %v\n%s", err, out)
 	}
