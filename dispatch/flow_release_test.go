@@ -144,8 +144,8 @@ func TestTheFlowLockIsReleasedWhenAClaimFailsAndAStalledClaimHasADeadline(t *tes
 	defer func() { _ = tx.Rollback(context.WithoutCancel(r.f.ctx)) }()
 	_, err = tx.Exec(r.f.ctx, `LOCK TABLE `+r.f.pg.Table.Qualified()+` IN ACCESS EXCLUSIVE MODE`)
 	must(t, err)
-	r.awaitReleased(t, 3*time.Second, "once a claim failed")
-	r.rec.await(t, 3*time.Second, "a failed claim reported", func(e events.Event) bool {
+	r.awaitReleased(t, 10*time.Second, "once a claim failed")
+	r.rec.await(t, 10*time.Second, "a failed claim reported", func(e events.Event) bool {
 		_, ok := e.(events.ClaimFailed)
 		return ok
 	})
