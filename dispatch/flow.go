@@ -113,8 +113,9 @@ func (f *flow) start(ctx context.Context, now time.Time) {
 
 // park ends a flow, if any, at once and keeps one from starting until flowRetry has
 // passed: the pipeline is about to stop polling every millisecond (its breaker is not
-// closed, a claim failed, or shutdown began), and while it holds the lock producers
-// would not notify anyone. Polling goes on for flowGrace, as after a flow's linger.
+// closed, a claim failed, its batch slots stay busy, or shutdown began), and while it
+// holds the lock producers would not notify anyone. Polling goes on for flowGrace, as
+// after a flow's linger.
 func (f *flow) park(ctx context.Context, now time.Time) {
 	if f.try == nil {
 		return

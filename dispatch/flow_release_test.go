@@ -162,3 +162,28 @@ func TestTheFlowLockIsReleasedWhenAClaimFailsAndAStalledClaimHasADeadline(t *tes
 		return c["pending"] == 0 && c["leased"] == 0 && c["delivered"] > 0
 	})
 }
+
+func TestTheFlowLockIsReleasedWhenEveryBatchSlotStaysBusy(t *testing.T) {
+	t.Parallel()
+	pub := newFakePublisher(nil)
+	r := startFlowing(t, dispatch.PipelineConfig{BatchSize: 20, PollInterval: time.Minute, Concurrency: 2,
+		PublishTimeout: time.Minute, LeaseTTL: 5 * time.Minute}, pub)
+
+	// Every publish from now on hangs until the test lets it go: both batch slots stay
+	// busy and the pipeline claims nothing, so it must not keep producers from notifying.
+	release := make(chan struct{})
+	var released sync.Once
+	let := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(let)
+	pub.setOutcome(func(context.Context, router.Message) error {
+		<-release
+		return nil
+	})
+	r.awaitReleased(t, 3*time.Second, "while every batch slot stays busy")
+	let()
+	r.quiet()
+	waitFor(t, 20*time.Second, "every row delivered once the publishes end", func() bool {
+		c := r.f.counts(t)
+		return c["pending"] == 0 && c["leased"] == 0 && c["delivered"] > 0
+	})
+}

@@ -228,9 +228,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	defer p.flow.stop(ctx) // producers notify again once this pipeline is gone
 
 	for ctx.Err() == nil {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		if !p.takeSlot(ctx, slots) {
 			continue
 		}
 		p.mu.Lock()
@@ -307,6 +305,32 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.flow.stop(ctx)
 	inflight.Wait()
 	return nil
+}
+
+// takeSlot waits for a free batch slot, false once ctx ends. A flowing pipeline that
+// waits longer than flowLinger for one (its batches stuck publishing or writing back) is
+// not polling every millisecond, so it parks: producers notify again, and other
+// replicas' pipelines hear of their messages.
+func (p *Pipeline) takeSlot(ctx context.Context, slots chan struct{}) bool {
+	if p.flow.flowing() {
+		t := time.NewTimer(flowLinger)
+		select {
+		case slots <- struct{}{}:
+			t.Stop()
+			return true
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+			p.flow.park(ctx, p.now())
+		}
+	}
+	select {
+	case slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // drain processes a claimed batch, and while batches come back full it claims and
