@@ -4,7 +4,6 @@ import (
 	"maps"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -21,7 +20,7 @@ import (
 // none); see RequireStreams.
 func (c *Config) Validate() error {
 	v := &checker{}
-	v.dsn("database_url", c.DatabaseURL)
+	v.DSN("database_url", c.DatabaseURL)
 	v.ident("schema", c.Schema)
 	v.ident("table", c.TableName)
 	if table.CheckIdent(c.Schema) == nil && table.CheckIdent(c.TableName) == nil {
@@ -78,60 +77,6 @@ func (v *checker) name(key, what, s string) {
 	// The producer client refuses the same stream names (table.CheckStream).
 	if table.CheckStream(s) != nil {
 		v.Add(key, "%s name %s must be 1 to 63 lower-case letters, digits, '.', '_' or '-', start with a letter or digit, and hold no \"__\"", what, quoteShort(s))
-	}
-}
-
-func (v *checker) dsn(key, s string) {
-	switch {
-	case v.Placeholder(key, s):
-	case s == "":
-		v.Add(key, "required: a postgres:// URL or key=value pairs")
-	case strings.Contains(s, "://"):
-		u, err := url.Parse(s)
-		if err != nil {
-			v.Add(key, "not a valid URL: %s", driveropt.URLParseProblem(s, false))
-			return
-		}
-		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-			v.Add(key, "want a postgres:// or postgresql:// URL, got scheme %s", quoteShort(u.Scheme))
-		}
-		v.dsnParams(key, u.Port(), u.Query().Get("sslmode"))
-	default:
-		pairs, err := pgdsn.ParseKV(s)
-		if err != nil {
-			v.Add(key, "neither a postgres:// URL nor key=value pairs: %v", err)
-			return
-		}
-		var port, sslmode string
-		for _, p := range pairs {
-			switch p.Key {
-			case "port":
-				port = pgdsn.Value(s[p.Start:p.End])
-			case "sslmode":
-				sslmode = pgdsn.Value(s[p.Start:p.End])
-			}
-		}
-		v.dsnParams(key, port, sslmode)
-	}
-}
-
-// sslModes are the values of sslmode that libpq and pgx know.
-var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
-
-// dsnParams checks the DSN parameters a mistake in which only shows when outboxd
-// connects (and then in pgx's words, which quote the DSN): the port and sslmode. A
-// comma-separated port list, as for several hosts, is checked item by item.
-func (v *checker) dsnParams(key, port, sslmode string) {
-	for p := range strings.SplitSeq(port, ",") {
-		if p == "" {
-			continue
-		}
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			v.Add(key, "the port must be a number from 1 to 65535, got %s", quoteShort(p))
-		}
-	}
-	if sslmode != "" && !slices.Contains(sslModes, sslmode) {
-		v.Add(key, "sslmode must be one of %s, got %s", strings.Join(sslModes, ", "), quoteShort(sslmode))
 	}
 }
 

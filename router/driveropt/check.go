@@ -166,3 +166,61 @@ func URLParseProblem(s string, userIsSecret bool) string {
 	}
 	return strings.TrimPrefix(err.Error(), "net/url: ")
 }
+
+// DSN reports what is wrong with a PostgreSQL connection string (a postgres:// URL or
+// key=value pairs) that would otherwise only show when connecting, and then in pgx's
+// words, which quote the DSN: its form, scheme, port and sslmode. It reads no file and
+// quotes no password.
+func (c *Checker) DSN(key, s string) {
+	switch {
+	case c.Placeholder(key, s):
+	case s == "":
+		c.Add(key, "required: a postgres:// URL or key=value pairs")
+	case strings.Contains(s, "://"):
+		u, err := url.Parse(s)
+		if err != nil {
+			c.Add(key, "not a valid URL: %s", URLParseProblem(s, false))
+			return
+		}
+		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+			c.Add(key, "want a postgres:// or postgresql:// URL, got scheme %s", Quote(u.Scheme))
+		}
+		c.dsnParams(key, u.Port(), u.Query().Get("sslmode"))
+	default:
+		pairs, err := pgdsn.ParseKV(s)
+		if err != nil {
+			c.Add(key, "neither a postgres:// URL nor key=value pairs: %v", err)
+			return
+		}
+		var port, sslmode string
+		for _, p := range pairs {
+			switch p.Key {
+			case "port":
+				port = pgdsn.Value(s[p.Start:p.End])
+			case "sslmode":
+				sslmode = pgdsn.Value(s[p.Start:p.End])
+			}
+		}
+		c.dsnParams(key, port, sslmode)
+	}
+}
+
+// sslModes are the values of sslmode that libpq and pgx know.
+var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
+
+// dsnParams checks the DSN parameters a mistake in which only shows when connecting:
+// the port and sslmode. A comma-separated port list, as for several hosts, is checked
+// item by item.
+func (c *Checker) dsnParams(key, port, sslmode string) {
+	for p := range strings.SplitSeq(port, ",") {
+		if p == "" {
+			continue
+		}
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			c.Add(key, "the port must be a number from 1 to 65535, got %s", Quote(p))
+		}
+	}
+	if sslmode != "" && !slices.Contains(sslModes, sslmode) {
+		c.Add(key, "sslmode must be one of %s, got %s", strings.Join(sslModes, ", "), Quote(sslmode))
+	}
+}
