@@ -134,7 +134,7 @@ func TestARePublishTheStreamAlreadyHeldIsCountedAsADuplicateOfItsStream(t *testi
 		t.Fatalf("iterations report %d duplicates and the driver counted %d, want 1", duplicates, d.Duplicates())
 	}
 	want := `
-# HELP outboxd_broker_duplicates_total Published messages the broker confirmed as duplicates of one it already held under the same de-duplication id (JetStream): a re-publish after a lost acknowledgement, or ids that collide.
+# HELP outboxd_broker_duplicates_total Published messages the broker confirmed as duplicates of one it already held under the same de-duplication id (JetStream, postgres): a re-publish after a lost acknowledgement, or ids that collide.
 # TYPE outboxd_broker_duplicates_total counter
 outboxd_broker_duplicates_total{stream="orders"} 1
 `

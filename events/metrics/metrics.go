@@ -193,7 +193,7 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 		orderViolations: counter("order_violations_total",
 			"Messages of ordered streams the broker confirmed although an earlier message of their key in the same batch failed; published again after it.", stream...),
 		duplicates: counter("broker_duplicates_total",
-			"Published messages the broker confirmed as duplicates of one it already held under the same de-duplication id (JetStream): "+
+			"Published messages the broker confirmed as duplicates of one it already held under the same de-duplication id (JetStream, postgres): "+
 				"a re-publish after a lost acknowledgement, or ids that collide.", stream...),
 		brokerErrors: counter("broker_errors_total",
 			"Publish errors by driver and kind: retryable, permanent, unreachable, canceled, held_back (ordered streams: not sent behind a failed message of the key).", "driver", "kind"),

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/router/jetstream"
 	"github.com/outboxd/outboxd/router/kafka"
 	"github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/postgres"
 )
 
 // All returns every registered driver type, in the order they are documented.
@@ -22,5 +23,6 @@ func All() router.Registry {
 		router.Register(nats.Type, nats.DefaultOptions, nats.New),
 		router.Register(jetstream.Type, jetstream.DefaultOptions, jetstream.New),
 		router.Register(discard.Type, discard.DefaultOptions, discard.New),
+		router.Register(postgres.Type, postgres.DefaultOptions, postgres.New),
 	}
 }

@@ -1,0 +1,254 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/table"
+)
+
+// chunkBytes bounds what one INSERT statement carries (payloads, keys, headers and
+// text, counted roughly). PostgreSQL refuses a protocol message or an array of 1 GB or
+// more and unpacks the arrays in memory, so a large batch goes as several statements,
+// pipelined in one transaction; a message larger than this goes alone. The driver
+// holds it in a field, so that a test can make batches split.
+const chunkBytes = 32 << 20
+
+// insertSQL is the batch statement for inbox t: one array per column, rows inserted in
+// array order (WITH ORDINALITY … ORDER BY) so that the identity column follows the
+// batch, and a message id already in the inbox skipped. The same statement inserts one
+// message, as arrays of one, when a batch is isolated message by message.
+func insertSQL(t table.Name) string {
+	return "INSERT INTO " + t.Qualified() + " (message_id, outbox_id, stream, topic, key, headers, payload)\n" +
+		"SELECT m.message_id, m.outbox_id, m.stream, m.topic, m.key, m.headers::jsonb, m.payload\n" +
+		"FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::bytea[])\n" +
+		"     WITH ORDINALITY AS m(message_id, outbox_id, stream, topic, key, headers, payload, n)\n" +
+		"ORDER BY m.n\n" +
+		"ON CONFLICT (message_id) DO NOTHING"
+}
+
+// Publish inserts msgs and returns one error per message, in order: nil once its row
+// is committed (or was already in the inbox). Messages Check refuses fail alone
+// before anything is sent; the rest go in one transaction. When the database refuses
+// that transaction for the data of some message, each message is inserted on its
+// own, so that only the messages at fault fail. Everything is bounded by ctx and the
+// driver's publish timeout.
+func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	out := make([]error, len(msgs))
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return fill(out, d.closedErr())
+	}
+	if err := ctx.Err(); err != nil {
+		return fill(out, router.Canceled(d.wrap(err)))
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	c := &publishCall{d: d, ctx: ctx, wctx: wctx, msgs: msgs, out: out}
+
+	send := make([]int, 0, len(msgs))
+	for i := range msgs {
+		if out[i] = d.Check(&msgs[i]); out[i] == nil {
+			send = append(send, i)
+		}
+	}
+	if len(send) == 0 {
+		return out
+	}
+	inserted, err := c.insert(send)
+	switch {
+	case err == nil:
+		c.duplicates(len(send) - inserted)
+	case dataError(err):
+		d.log.Debug("the inbox refused the batch for its data; inserting message by message",
+			"table", d.where, "messages", len(send), "error", err)
+		c.oneByOne(send)
+	default:
+		e := c.failure(err)
+		for _, i := range send {
+			out[i] = e
+		}
+	}
+	return out
+}
+
+// publishCall is the state of one Publish.
+type publishCall struct {
+	d    *Driver
+	ctx  context.Context // the caller's
+	wctx context.Context // the caller's, bounded by the publish timeout
+	msgs []router.Message
+	out  []error
+}
+
+// insert inserts the messages at idx in one transaction and returns how many rows it
+// added (the rest were in the inbox already).
+func (c *publishCall) insert(idx []int) (int, error) {
+	chunks := c.chunks(idx)
+	if len(chunks) == 1 {
+		tag, err := c.d.pool.Exec(c.wctx, c.d.insert, chunks[0].args()...)
+		return int(tag.RowsAffected()), err
+	}
+	// Statements queued before one Sync run as one implicit transaction: all or none.
+	b := &pgx.Batch{}
+	for _, ch := range chunks {
+		b.Queue(c.d.insert, ch.args()...)
+	}
+	br := c.d.pool.SendBatch(c.wctx, b)
+	inserted := 0
+	var first error
+	for range chunks {
+		tag, err := br.Exec()
+		if err != nil {
+			first = err
+			break
+		}
+		inserted += int(tag.RowsAffected())
+	}
+	if err := br.Close(); first == nil {
+		first = err
+	}
+	return inserted, first
+}
+
+// chunks splits the messages at idx, in order, into statements of at most chunkBytes.
+func (c *publishCall) chunks(idx []int) []*columns {
+	var out []*columns
+	var cur *columns
+	var buf []byte
+	for _, i := range idx {
+		m := &c.msgs[i]
+		buf = appendHeaders(buf[:0], m)
+		size := rowSize(m, len(buf))
+		if cur == nil || (cur.bytes > 0 && cur.bytes+size > c.d.chunkBytes) {
+			cur = newColumns(len(idx))
+			out = append(out, cur)
+		}
+		cur.add(m, string(buf), size)
+	}
+	return out
+}
+
+// oneByOne inserts each message at idx on its own, in order, after the batch was
+// refused for its data. On an ordered stream (router.KeyOrdered), a key whose message
+// failed has its later messages held back unsent. Once the database cannot be reached
+// or the time is up, the messages not yet sent get that error.
+func (c *publishCall) oneByOne(idx []int) {
+	ordered := router.KeyOrdered(c.ctx)
+	failedKeys := map[string]int64{}
+	dups := 0
+	for j, i := range idx {
+		m := &c.msgs[i]
+		if id, ok := failedKeys[string(m.Key)]; ok && ordered && m.Key != nil {
+			c.out[i] = router.HeldBack(c.d.wrap(fmt.Errorf("message %d waits for message %d of key %q, which did not go through", m.ID, id, m.Key)))
+			continue
+		}
+		inserted, err := c.insert([]int{i})
+		if err == nil {
+			dups += 1 - inserted
+			continue
+		}
+		e := c.failure(err)
+		c.out[i] = e
+		if k := router.KindOf(e); k == router.KindUnreachable || k == router.KindCanceled || c.wctx.Err() != nil {
+			for _, rest := range idx[j+1:] {
+				if c.out[rest] == nil {
+					c.out[rest] = e
+				}
+			}
+			break
+		}
+		if _, ok := failedKeys[string(m.Key)]; !ok && m.Key != nil {
+			failedKeys[string(m.Key)] = m.ID
+		}
+	}
+	c.duplicates(dups)
+}
+
+// duplicates counts n messages the inbox held already.
+func (c *publishCall) duplicates(n int) {
+	if n <= 0 {
+		return
+	}
+	c.d.duplicates.Add(uint64(n))
+	router.NoteDuplicates(c.ctx, n)
+}
+
+// failure is the error of a message whose insert failed with err: the caller's
+// context ending wins, then a database that was never reached, then the publish
+// timeout, then err's own kind.
+func (c *publishCall) failure(err error) error {
+	if ctxErr := c.ctx.Err(); ctxErr != nil {
+		return router.Canceled(c.d.wrap(ctxErr))
+	}
+	e := classify(c.d.where, err)
+	if router.KindOf(e) != router.KindUnreachable && c.wctx.Err() != nil {
+		return router.Retryable(c.d.wrap(fmt.Errorf("no answer within publish_timeout %s: %w", c.d.timeout, err)))
+	}
+	return e
+}
+
+// wrap names the inbox in err.
+func (d *Driver) wrap(err error) error {
+	return fmt.Errorf("insert into inbox table %s: %w", d.where, err)
+}
+
+// fill sets err on every message.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// columns holds one statement's messages, one slice per array parameter.
+type columns struct {
+	ids       []string
+	outboxIDs []int64
+	streams   []string
+	topics    []string
+	keys      [][]byte
+	headers   []string
+	payloads  [][]byte
+	bytes     int
+}
+
+func newColumns(n int) *columns {
+	return &columns{
+		ids: make([]string, 0, n), outboxIDs: make([]int64, 0, n), streams: make([]string, 0, n),
+		topics: make([]string, 0, n), keys: make([][]byte, 0, n), headers: make([]string, 0, n),
+		payloads: make([][]byte, 0, n),
+	}
+}
+
+func (c *columns) add(m *router.Message, headers string, size int) {
+	payload := m.Payload
+	if payload == nil {
+		payload = []byte{} // the column is NOT NULL; an empty payload is a message too
+	}
+	c.ids = append(c.ids, m.DedupID())
+	c.outboxIDs = append(c.outboxIDs, m.ID)
+	c.streams = append(c.streams, m.Stream)
+	c.topics = append(c.topics, m.Topic)
+	c.keys = append(c.keys, m.Key) // nil is NULL: no key
+	c.headers = append(c.headers, headers)
+	c.payloads = append(c.payloads, payload)
+	c.bytes += size
+}
+
+func (c *columns) args() []any {
+	return []any{c.ids, c.outboxIDs, c.streams, c.topics, c.keys, c.headers, c.payloads}
+}
+
+// rowSize is roughly what a message adds to a statement: its values and their
+// framing in the arrays.
+func rowSize(m *router.Message, headerBytes int) int {
+	return len(m.Payload) + len(m.Key) + headerBytes + len(m.DedupID()) + len(m.Stream) + len(m.Topic) + 64
+}
