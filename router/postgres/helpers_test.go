@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,11 +16,12 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/routertest"
+	"github.com/outboxd/outboxd/table"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// scriptPath is the documented inbox, which every test's table is created from.
+// scriptPath is the documented inbox, the same text as InboxSQL's.
 const scriptPath = "../../docs/sql/inbox.sql"
 
 func testCtx(t testing.TB) context.Context {
@@ -37,8 +37,8 @@ func suffix() string {
 }
 
 // inbox is one test's inbox table in the server's postgres database (testenv.AdminDSN),
-// created by the documented script under a name of its own and dropped when the test
-// ends.
+// created by InboxSQL (the documented script) under a name of its own and dropped when
+// the test ends.
 type inbox struct {
 	dsn   string
 	table string // schema.table, as the driver's option takes it
@@ -50,14 +50,10 @@ type inbox struct {
 func newInbox(t testing.TB) *inbox {
 	t.Helper()
 	name := "inbox_" + suffix()
-	script, err := os.ReadFile(scriptPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dsn := testenv.AdminDSN()
 	conn := testenv.Connect(t, dsn)
-	if _, err := conn.Exec(testCtx(t), strings.ReplaceAll(string(script), "outboxd_inbox", name)); err != nil {
-		t.Fatalf("create the inbox with %s: %v", scriptPath, err)
+	if _, err := conn.Exec(testCtx(t), InboxSQL(table.Name{Schema: "public", Table: name})); err != nil {
+		t.Fatalf("create the inbox: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

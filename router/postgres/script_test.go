@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/table"
 )
 
 const configDocs = "../../docs/configuration.md"
@@ -54,6 +55,9 @@ func TestTheDocumentedInboxTakesMessagesAndTheDocumentedConsumerReadsThem(t *tes
 	script, err := os.ReadFile(scriptPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if string(script) != inboxDDL {
+		t.Fatalf("%s differs from the driver's inbox.sql (InboxSQL): keep them the same", scriptPath)
 	}
 	conn := testenv.Connect(t, dsn)
 	if _, err := conn.Exec(testCtx(t), string(script)); err != nil {
@@ -105,5 +109,19 @@ func TestTheDocumentedInboxTakesMessagesAndTheDocumentedConsumerReadsThem(t *tes
 		if !slices.Equal(seqs, want) {
 			t.Fatalf("round %d: the consumer's loop read messages %v, want %v", round, seqs, want)
 		}
+	}
+}
+
+func TestInboxSQLNamesTheTableAndItsIndexAfterTheTableItIsGiven(t *testing.T) {
+	t.Parallel()
+	got := InboxSQL(table.Name{Schema: "billing", Table: "order_inbox"})
+	for _, want := range []string{`CREATE TABLE "billing"."order_inbox" (`,
+		`CREATE INDEX "order_inbox_unprocessed_idx" ON "billing"."order_inbox" (seq)`} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("InboxSQL lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "outboxd_inbox") {
+		t.Fatalf("InboxSQL still names the default table:\n%s", got)
 	}
 }
