@@ -151,3 +151,27 @@ func TestMakeDemoJSONPrintsOnlyTheSummaryOnStdout(t *testing.T) {
 		t.Errorf("make demo --json: progress on stderr: %q", stderr.String())
 	}
 }
+
+// TestDemoIntoAPostgresInboxLosesNothingAndCountsTheCopiesItsKeyAbsorbed points the demo
+// at a postgres inbox and loses some answers: the dispatcher publishes those batches
+// again, the inbox's primary key keeps one row of each message, and the demo counts
+// the copies the driver saw absorbed.
+func TestDemoIntoAPostgresInboxLosesNothingAndCountsTheCopiesItsKeyAbsorbed(t *testing.T) {
+	t.Parallel()
+	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
+	code, out, errOut := outboxd(t, environ, "demo", "--driver", "postgres", "--messages", "1000", "--producers", "2",
+		"--batch", "50", "--lose-answer-every", "2", "--json")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	var s demo.Summary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("demo --json printed %q: %v", out, err)
+	}
+	if s.Committed != 900 || s.Delivered != 900 || s.Lost != 0 || s.Phantoms != 0 {
+		t.Fatalf("summary: %+v", s)
+	}
+	if s.Duplicates == 0 || s.Duplicates > s.Delivered {
+		t.Errorf("duplicates %d; want the copies the inbox absorbed (between 1 and %d)", s.Duplicates, s.Delivered)
+	}
+}
