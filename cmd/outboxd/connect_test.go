@@ -12,6 +12,8 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
+	pgdrv "github.com/outboxd/outboxd/router/postgres"
+	"github.com/outboxd/outboxd/table"
 )
 
 func TestConfigCheckConnectSaysWhichStreamHasNoDestinationAndWhatToDo(t *testing.T) {
@@ -97,5 +99,37 @@ func TestConfigCheckConnectNeverPrintsSecrets(t *testing.T) {
 	}
 	if all := out.String() + errOut.String(); strings.Contains(all, "s3cret") {
 		t.Fatalf("a secret was printed:\n%s", all)
+	}
+}
+
+func TestConfigCheckConnectFindsAMissingInboxAndSaysHowToCreateIt(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	inbox := table.Name{Schema: pg.Table.Schema, Table: "inbox"} // dropped with the test's schema
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=" + pg.DSN, "OUTBOXD_SCHEMA=" + pg.Table.Schema, "OUTBOXD_TABLE=" + pg.Table.Table,
+		"OUTBOXD_DRIVERS__INBOX__TYPE=postgres", "OUTBOXD_DRIVERS__INBOX__URL=" + pg.DSN, "OUTBOXD_DRIVERS__INBOX__TABLE=" + inbox.String(),
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=inbox",
+	}
+	check := func() (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(ctx, env{args: []string{"config", "check", "--connect"}, environ: environ, stdout: &out, stderr: &errOut})
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, errOut := check()
+	want := `driver "inbox" on ` + config.RedactDSN(pg.DSN) + ": inbox table " + inbox.String() + " does not exist: create it with docs/sql/inbox.sql\n"
+	if code != 1 || errOut != want {
+		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s\nwant exit 1 and\n%s", code, errOut, out, want)
+	}
+
+	if _, err := pg.Pool.Exec(ctx, pgdrv.InboxSQL(inbox)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = check()
+	if code != 0 || errOut != "" || !strings.Contains(out, `driver "inbox": reached `) {
+		t.Fatalf("with the inbox created: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }

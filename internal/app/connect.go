@@ -68,7 +68,12 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		err = p.Probe(pctx, "")
 		cancel()
-		if err != nil {
+		var missing *router.NoDestinationError
+		switch {
+		case errors.As(err, &missing): // a driver whose one destination is known without a stream's (an inbox table)
+			problem("driver %q on %s: %s", name, where(dc), missing)
+			continue
+		case err != nil:
 			problem("driver %q: cannot reach %s: %v: check the address and that the broker is up", name, where(dc), err)
 			continue
 		}
