@@ -56,6 +56,7 @@ type Driver struct {
 	maxPayload int
 	chunkBytes int
 	pool       *pgxpool.Pool
+	buffers    buffers // for encoding the arrays
 
 	duplicates atomic.Uint64
 

@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -249,5 +251,29 @@ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`)
 	}
 	if n := in.count(t); n != 0 {
 		t.Fatalf("%d rows inserted by statements that were cancelled", n)
+	}
+}
+
+func TestLargePayloadsArriveWholeEachInAStatementOfItsOwn(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t)
+	d := newDriver(t, in.options())
+	d.chunkBytes = 1 << 20
+	topic := "large." + suffix()
+	msgs := messages(topic, 4)
+	for i := range msgs {
+		msgs[i].Payload = make([]byte, (3+i)<<20) // 3 to 6 MiB, each over a statement's bound
+		_, _ = rand.Read(msgs[i].Payload)
+	}
+	requireNoErrors(t, d.Publish(testCtx(t), msgs))
+	requireNoErrors(t, d.Publish(testCtx(t), msgs)) // again: absorbed
+	rows := in.rows(t, topic)
+	if len(rows) != 4 || d.Duplicates() != 4 {
+		t.Fatalf("%d rows and %d duplicates, want 4 and 4", len(rows), d.Duplicates())
+	}
+	for i, r := range rows {
+		if !bytes.Equal(r.Payload, msgs[i].Payload) {
+			t.Fatalf("row %d: a payload of %d bytes arrived as %d bytes, or changed", i, len(msgs[i].Payload), len(r.Payload))
+		}
 	}
 }
