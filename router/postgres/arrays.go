@@ -17,6 +17,17 @@ const (
 // binaryParams says that every parameter of the insert is in binary format.
 var binaryParams = []int16{1, 1, 1, 1, 1, 1, 1}
 
+// noRows are the insert's parameters for no message: seven empty arrays.
+var noRows = func() [][]byte {
+	params := make([][]byte, 7)
+	for p, oid := range []uint32{oidText, oidInt8, oidText, oidText, oidBytea, oidText, oidBytea} {
+		params[p] = binary.BigEndian.AppendUint32(nil, 0) // no dimensions: empty
+		params[p] = binary.BigEndian.AppendUint32(params[p], 0)
+		params[p] = binary.BigEndian.AppendUint32(params[p], oid)
+	}
+	return params
+}()
+
 // appendArrays appends to buf the seven array parameters of the insert for the messages
 // msgs[i], i in idx, in that order, in PostgreSQL's binary array format (array_recv):
 // message_id text[], outbox_id bigint[], stream text[], topic text[], key bytea[]

@@ -87,9 +87,9 @@ func codeKind(code string) router.Kind {
 }
 
 // dataError reports an error for the data of the batch rather than for the table or
-// the connection: some message of the batch may be at fault, alone. Re-publishes never
-// raise a unique violation on message_id (ON CONFLICT absorbs them), so any unique
-// violation here is a constraint of the consumer's.
+// the connection: some message of the batch may be at fault, alone. Re-publishes raise
+// no unique violation here (insert absorbs them with ON CONFLICT), so any unique
+// violation is a constraint of the consumer's.
 func dataError(err error) bool {
 	var pg *pgconn.PgError
 	if !errors.As(err, &pg) {
@@ -100,6 +100,13 @@ func dataError(err error) bool {
 		return true
 	}
 	return false
+}
+
+// uniqueViolation reports a unique index refusing a row: on the primary key, a message
+// already in the inbox.
+func uniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505"
 }
 
 // explain words err for an operator: what is wrong with the inbox and what to do.

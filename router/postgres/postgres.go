@@ -2,12 +2,12 @@
 // consumer's inbox (docs/sql/inbox.sql creates one).
 //
 // Invariant: a nil result means the row is committed, and every message is in the inbox
-// at most once. One Publish is one INSERT … SELECT FROM unnest(…) ON CONFLICT
-// (message_id) DO NOTHING over the batch, as arrays, in one round trip and one
-// transaction (a batch too large for one statement goes as several statements in one
-// pipeline, still one transaction), so a message published again is absorbed by the
-// primary key and counted as a duplicate, never inserted twice. Rows take the inbox's
-// identity column in batch order. What the database would refuse of a single message
+// at most once. One Publish is one INSERT … SELECT FROM unnest(…) over the batch, as
+// arrays, in one round trip and one transaction (a batch too large for one statement
+// goes as several statements in one pipeline, still one transaction). A message
+// published again is refused by the primary key, and the batch goes again with ON
+// CONFLICT (message_id) DO NOTHING: absorbed and counted as a duplicate, never inserted
+// twice. Rows take the inbox's identity column in batch order. What the database would refuse of a single message
 // (no topic, a NUL byte or invalid UTF-8 in text, a payload over max_payload_bytes) is
 // refused before anything is sent (Check); when the database still refuses the batch
 // for its data, the batch is inserted again message by message, so that the bad message
@@ -52,6 +52,7 @@ type Driver struct {
 	table      table.Name
 	where      string // the table as errors name it: schema.table
 	insert     string // the batch statement, rendered once for the table
+	absorb     string // the same, skipping message ids already in the inbox
 	timeout    time.Duration
 	maxPayload int
 	chunkBytes int
@@ -59,6 +60,9 @@ type Driver struct {
 	buffers    buffers // for encoding the arrays
 
 	duplicates atomic.Uint64
+	// ready is set once the inbox took an insert without rows: it exists, the user may
+	// insert into it, and message_id has the unique index re-publishes need.
+	ready atomic.Bool
 
 	// mu is held for reading by every Publish and for writing by Close, so Close waits
 	// for publishes in flight and none starts on a closed pool.
@@ -111,6 +115,7 @@ func New(name string, o Options, logger *slog.Logger) (*Driver, error) {
 		table:      t,
 		where:      t.String(),
 		insert:     insertSQL(t),
+		absorb:     absorbSQL(t),
 		timeout:    o.PublishTimeout,
 		maxPayload: o.MaxPayloadBytes,
 		chunkBytes: chunkBytes,

@@ -277,3 +277,44 @@ func TestLargePayloadsArriveWholeEachInAStatementOfItsOwn(t *testing.T) {
 		}
 	}
 }
+
+func TestAnInboxWithoutAUniqueMessageIDRefusesEveryMessageRatherThanTakeCopies(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t)
+	in.exec(t, "ALTER TABLE {table} DROP CONSTRAINT "+strings.TrimPrefix(in.table, "public.")+"_pkey")
+	d := newDriver(t, in.options())
+	for i, err := range d.Publish(testCtx(t), messages("nokey", 2)) {
+		if want := "has no primary key or unique index on message_id"; router.KindOf(err) != router.KindPermanent || !strings.Contains(err.Error(), want) {
+			t.Fatalf("message %d into an inbox without a unique message_id: %v, want permanent saying %q", i, err, want)
+		}
+	}
+	if n := in.count(t); n != 0 {
+		t.Fatalf("%d rows went into an inbox that cannot absorb copies", n)
+	}
+}
+
+func TestAUniqueIndexOfTheConsumersFailsOnlyTheMessageItRefuses(t *testing.T) {
+	t.Parallel()
+	in := newInbox(t)
+	in.exec(t, "CREATE UNIQUE INDEX ON {table} (outbox_id)")
+	d := newDriver(t, in.options())
+	topic := "unique." + suffix()
+	requireNoErrors(t, d.Publish(testCtx(t), messages(topic, 3))) // outbox ids 1 to 3
+
+	later := messages(topic, 5) // new message ids; outbox ids 1 to 5 again
+	for i := range later {
+		later[i].ID += 2 // 3 to 7: 3 is taken
+	}
+	errs := d.Publish(testCtx(t), later)
+	for i, err := range errs {
+		switch {
+		case i == 0 && (router.KindOf(err) != router.KindPermanent || !strings.Contains(err.Error(), "duplicate key value violates unique constraint")):
+			t.Fatalf("the message whose outbox_id is taken: %v (%s), want permanent", err, router.KindOf(err))
+		case i != 0 && err != nil:
+			t.Fatalf("message %d failed beside it: %v", i, err)
+		}
+	}
+	if n, dups := in.count(t), d.Duplicates(); n != 7 || dups != 0 {
+		t.Fatalf("%d rows and %d duplicates, want 7 and none", n, dups)
+	}
+}
