@@ -173,17 +173,18 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 // carried, the messages it left unconfirmed are published again one by one, so that
 // only that message fails.
 func (d *Driver) sendWave(ctx context.Context, msgs []router.Message, wave []int, errs []error) {
-	c, err := d.channel(ctx)
-	if err != nil {
-		err = d.connectFailed(ctx, err)
+	if reason := d.blockedReason(); reason != "" {
+		// It would not read what we send: fail at once, costing no attempt, rather than
+		// wait out the timeout on a channel that then cannot even be closed.
+		err := router.Unreachable(fmt.Errorf("rabbitmq: the broker blocks publishing (%s)", reason))
 		for _, i := range wave {
 			errs[i] = err
 		}
 		return
 	}
-	if reason := c.sess.blockedReason(); reason != "" {
-		d.release(c)
-		err := router.Unreachable(fmt.Errorf("rabbitmq: the broker blocks publishing (%s)", reason))
+	c, err := d.channel(ctx)
+	if err != nil {
+		err = d.connectFailed(ctx, err)
 		for _, i := range wave {
 			errs[i] = err
 		}

@@ -53,8 +53,14 @@ func (d *Driver) newSession(conn *amqp.Connection) *session {
 	return s
 }
 
-// blockedReason is the broker's reason for blocking publishing, or "".
-func (s *session) blockedReason() string {
+// blockedReason is the broker's reason for blocking publishing on the connection, or "".
+func (d *Driver) blockedReason() string {
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s == nil {
+		return ""
+	}
 	if r := s.blocked.Load(); r != nil {
 		if *r == "" {
 			return "no reason given"
