@@ -254,6 +254,7 @@ type proxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	hold  chan struct{} // while open (not closed), broker-to-client bytes wait
+	stall chan struct{} // while open, client-to-broker bytes are not read
 	sent  chan struct{} // signalled when client bytes go through while held
 }
 
@@ -307,6 +308,14 @@ func (p *proxy) pipe(to, from net.Conn, fromClient bool) {
 	defer from.Close()
 	buf := make([]byte, 32<<10)
 	for {
+		if fromClient {
+			p.mu.Lock()
+			stall := p.stall
+			p.mu.Unlock()
+			if stall != nil {
+				<-stall
+			}
+		}
 		n, err := from.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
@@ -341,12 +350,26 @@ func (p *proxy) holdReplies() {
 	}
 }
 
+// stallUploads stops reading what clients send until release, so that their writes
+// block once the socket buffers are full, as with a broker that stopped reading.
+func (p *proxy) stallUploads() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stall == nil {
+		p.stall = make(chan struct{})
+	}
+}
+
 func (p *proxy) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.hold != nil {
 		close(p.hold)
 		p.hold = nil
+	}
+	if p.stall != nil {
+		close(p.stall)
+		p.stall = nil
 	}
 }
 

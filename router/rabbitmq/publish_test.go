@@ -85,7 +85,7 @@ func TestAnUnroutableMessageFailsPermanentlyNamingExchangeAndKey(t *testing.T) {
 	topic := b.topic(t)
 	msgs := numbered(topic, 5, "a")
 	msgs[1].Topic, msgs[3].Topic = "nowhere.1", "nowhere.3"
-	msgs[3].RowDedupID = msgs[1].RowDedupID // matched by routing key as well as by id
+	msgs[3].RowDedupID = msgs[2].RowDedupID // a return is matched by routing key as well as by id
 	errs := d.Publish(testCtx(t), msgs)
 	if k := kinds(errs); !slices.Equal(k, []string{"ok", "permanent", "ok", "permanent", "ok"}) {
 		t.Fatalf("kinds %v (%v)", k, errs)
@@ -169,13 +169,21 @@ func TestAMessageTheBrokerClosesTheChannelForFailsAloneAndPermanently(t *testing
 	}
 }
 
-func TestAnOrderedPublishSendsNothingOfAKeyAfterAReturnedMessage(t *testing.T) {
+func TestAnOrderedPublishSendsNothingOfAKeyAfterARefusedMessage(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, "topic")
 	d := newDriver(t, testOptions(brokerURL(), b.exchange))
 	topic := b.topic(t)
-	msgs := numbered(topic, 9, "a") // keys 0,1,2,0,1,2,0,1,2
-	msgs[4].Topic = topic + ".unbound"
+	msgs := numbered(topic, 9, "a") // keys 0,1,2,0,1,2,0,1,2, all to one routing key
+	const refused = 4
+	// Refused by the broker, for a property, not its destination: the router cannot
+	// tell it apart before sending, so the driver must not send message 7 (its key's
+	// next) until message 4 is answered.
+	d.tweak = func(m *router.Message, p *amqp.Publishing) {
+		if m.RowDedupID == msgs[refused].RowDedupID {
+			p.UserId = "not-the-user-we-log-in-as"
+		}
+	}
 	rt, err := router.New([]router.Route{{Stream: "test", DriverName: "rabbit", Driver: d}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,12 +197,15 @@ func TestAnOrderedPublishSendsNothingOfAKeyAfterAReturnedMessage(t *testing.T) {
 	if k := kinds(errs); !slices.Equal(k, want) {
 		t.Fatalf("kinds %v, want %v (%v)", k, want, errs)
 	}
-	var seqs []string
+	byKey := map[string][]string{}
 	for _, got := range b.deliveries(t, topic, 7) {
-		seqs = append(seqs, got.Headers["seq"].(string))
+		key := got.Headers[router.HeaderKey].(string)
+		byKey[key] = append(byKey[key], got.Headers["seq"].(string))
 	}
-	if want := []string{"0", "1", "2", "3", "5", "6", "8"}; !slices.Equal(seqs, want) {
-		t.Fatalf("arrived in order %v, want %v", seqs, want)
+	for key, want := range map[string][]string{"key-0": {"0", "3", "6"}, "key-1": {"1"}, "key-2": {"2", "5", "8"}} {
+		if !slices.Equal(byKey[key], want) {
+			t.Fatalf("%s arrived as %v, want %v", key, byKey[key], want)
+		}
 	}
 }
 
@@ -265,6 +276,32 @@ func TestNoConfirmWithinThePublishTimeoutIsRetryable(t *testing.T) {
 	}
 	p.release()
 	requireDelivered(t, d.Publish(testCtx(t), numbered(topic, 2, "b")))
+}
+
+func TestAPublishStuckWritingIsFreedSoonAfterItsTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, "topic")
+	p := newProxy(t, brokerAddr(t))
+	o := testOptions(p.url(), b.exchange)
+	o.PublishTimeout = 300 * time.Millisecond
+	d := newDriver(t, o)
+	topic := b.topic(t)
+	requireDelivered(t, d.Publish(testCtx(t), numbered(topic, 1, "warm-up")))
+
+	p.stallUploads()
+	msgs := numbered(topic, 1, "a")
+	msgs[0].Payload = make([]byte, 32<<20) // more than the socket buffers hold
+	start := time.Now()
+	errs := d.Publish(testCtx(t), msgs)
+	if elapsed := time.Since(start); elapsed > 300*time.Millisecond+stuckSend+time.Second {
+		t.Fatalf("a publish stuck writing returned after %v", elapsed)
+	}
+	if k := router.KindOf(errs[0]); k != router.KindRetryable {
+		t.Fatalf("the stuck message: %v (%s), want retryable", errs[0], k)
+	}
+	p.release()
+	requireDelivered(t, d.Publish(testCtx(t), numbered(topic, 1, "b")))
+	b.deliveries(t, topic, 2)
 }
 
 func TestConcurrentPublishesAreEachDeliveredOnce(t *testing.T) {
@@ -398,8 +435,7 @@ func TestCloseWaitsForAPublishInFlight(t *testing.T) {
 	p := newProxy(t, brokerAddr(t))
 	d := newDriver(t, testOptions(p.url(), b.exchange))
 	topic := b.topic(t)
-	requireDelivered(t, d.Publish(testCtx(t), numbered(topic, 1, "warm-up")))
-	p.holdReplies()
+	p.holdReplies() // the publish stays in its AMQP handshake
 	done := make(chan []error)
 	go func() { done <- d.Publish(context.Background(), numbered(topic, 2, "a")) }()
 	<-p.sent
@@ -407,7 +443,7 @@ func TestCloseWaitsForAPublishInFlight(t *testing.T) {
 	go func() { closed <- d.Close() }()
 	select {
 	case err := <-closed:
-		t.Fatalf("Close returned (%v) while a publish waited for its confirms", err)
+		t.Fatalf("Close returned (%v) while a publish was in flight", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	p.release()
@@ -415,4 +451,5 @@ func TestCloseWaitsForAPublishInFlight(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	b.deliveries(t, topic, 2)
 }
