@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -105,14 +104,10 @@ func TestConfigCheckConnectNeverPrintsSecrets(t *testing.T) {
 
 func TestConfigCheckConnectReportsAMissingRabbitMQExchange(t *testing.T) {
 	t.Parallel()
-	url := os.Getenv("OUTBOXD_TEST_RABBITMQ_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
+	url := testenv.RabbitMQURL(t)
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		t.Skipf("RabbitMQ at %s is not reachable (%v): start one or point OUTBOXD_TEST_RABBITMQ_URL at one",
-			config.RedactDSN(url), err)
+		t.Fatal(err)
 	}
 	defer conn.Close()
 	pg := testenv.NewPG(t)

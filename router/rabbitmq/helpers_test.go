@@ -14,42 +14,25 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/router/driveropt"
 	"github.com/outboxd/outboxd/router/routertest"
 )
 
-// envURL names the variable that points the tests at a broker other than the local one.
-const envURL = "OUTBOXD_TEST_RABBITMQ_URL"
-
-const defaultTestURL = "amqp://guest:guest@127.0.0.1:5672/"
-
+// brokerURL is the test broker's URL: OUTBOXD_TEST_RABBITMQ_URL, or the local guest
+// account (testenv.RabbitMQURL).
 func brokerURL() string {
-	if u := os.Getenv(envURL); u != "" {
+	if u := os.Getenv("OUTBOXD_TEST_RABBITMQ_URL"); u != "" {
 		return u
 	}
-	return defaultTestURL
+	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
-var (
-	brokerOnce sync.Once
-	brokerErr  error
-)
-
-// requireBroker skips t, saying how to provide one, when no RabbitMQ answers.
+// requireBroker skips t, saying how to start one, when no RabbitMQ answers (or fails it
+// under OUTBOXD_REQUIRE_SERVICES=1).
 func requireBroker(t testing.TB) {
 	t.Helper()
-	brokerOnce.Do(func() {
-		conn, err := amqp.DialConfig(brokerURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
-		if err == nil {
-			conn.Close()
-		}
-		brokerErr = err
-	})
-	if brokerErr != nil {
-		t.Skipf("RabbitMQ at %s is not reachable (%v): start one (rabbitmq-server, or docker run -p 5672:5672 rabbitmq:3) "+
-			"or point %s at one", driveropt.RedactURL(brokerURL(), driveropt.Mask, false), brokerErr, envURL)
-	}
+	testenv.RabbitMQURL(t)
 }
 
 // quiet logs nowhere: the library's goroutines may outlive a test.
@@ -184,7 +167,11 @@ func (b *broker) deliveries(t testing.TB, key string, n int) []amqp.Delivery {
 		t.Fatalf("open a channel: %v", err)
 	}
 	defer ch.Close()
-	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	// At most n unacknowledged: what this call does not take stays in the queue.
+	if err := ch.Qos(n, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatalf("consume %s: %v", queue, err)
 	}
@@ -193,6 +180,9 @@ func (b *broker) deliveries(t testing.TB, key string, n int) []amqp.Delivery {
 	for len(out) < n {
 		select {
 		case d := <-ds:
+			if err := d.Ack(false); err != nil {
+				t.Fatalf("ack: %v", err)
+			}
 			out = append(out, d)
 		case <-timeout:
 			t.Fatalf("queue %s: %d messages arrived, want %d", queue, len(out), n)

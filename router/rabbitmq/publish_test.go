@@ -197,10 +197,17 @@ func TestAnOrderedPublishSendsNothingOfAKeyAfterARefusedMessage(t *testing.T) {
 	if k := kinds(errs); !slices.Equal(k, want) {
 		t.Fatalf("kinds %v, want %v (%v)", k, want, errs)
 	}
+	// The broker closing the channel may take the acks of messages 3 and 5 with it: they
+	// are published again (at least once), the copy right behind the original.
 	byKey := map[string][]string{}
-	for _, got := range b.deliveries(t, topic, 7) {
-		key := got.Headers[router.HeaderKey].(string)
-		byKey[key] = append(byKey[key], got.Headers["seq"].(string))
+	var total int
+	for total < 7 {
+		got := b.deliveries(t, topic, 1)[0]
+		key, seq := got.Headers[router.HeaderKey].(string), got.Headers["seq"].(string)
+		if n := len(byKey[key]); n == 0 || byKey[key][n-1] != seq {
+			byKey[key] = append(byKey[key], seq)
+			total++
+		}
 	}
 	for key, want := range map[string][]string{"key-0": {"0", "3", "6"}, "key-1": {"1"}, "key-2": {"2", "5", "8"}} {
 		if !slices.Equal(byKey[key], want) {
