@@ -32,6 +32,7 @@ type Options struct {
 	DatabaseURL     string        // --database-url ("": $OUTBOXD_DATABASE_URL, then a local default)
 	NATSURL         string        // --nats-url ("": an embedded server)
 	KafkaBrokers    string        // --kafka-brokers, host:port,... ("": an embedded broker)
+	RabbitMQURL     string        // --rabbitmq-url ("": DefaultRabbitMQURL)
 	JSON            bool          // --json
 	Quick           bool          // --quick: small sizes where the flag was not given
 	Binary          string        // --dispatcher-binary ("": this executable)
