@@ -101,6 +101,7 @@ func (c *channel) publish(ctx context.Context, exchange string, msgs []router.Me
 		}
 	})
 	var stopped error // why nothing more is sent
+	c.sess.sock.cork()
 	for k, i := range wave {
 		if stopped == nil {
 			stopped = ctx.Err()
@@ -118,6 +119,7 @@ func (c *channel) publish(ctx context.Context, exchange string, msgs []router.Me
 		out.fates[k].sent = true
 		dcs[k] = dc
 	}
+	c.sess.sock.uncork()
 	close(sent)
 	stop()
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,8 +93,9 @@ func tlsConfig(t driveropt.TLS) (*tls.Config, error) {
 
 // dial opens a connection, TCP, TLS and AMQP handshakes bounded by ctx: its deadline
 // is the socket's until the handshake is done, and its cancellation cuts the socket.
-func (d *dialer) dial(ctx context.Context) (*amqp.Connection, error) {
-	var sock atomic.Pointer[net.Conn]
+// It returns the socket too, through which a publish corks its batch.
+func (d *dialer) dial(ctx context.Context) (*amqp.Connection, *corkConn, error) {
+	var sock atomic.Pointer[corkConn]
 	cfg := amqp.Config{
 		Vhost:      d.vhost,
 		Heartbeat:  heartbeat,
@@ -110,8 +112,9 @@ func (d *dialer) dial(ctx context.Context) (*amqp.Connection, error) {
 					return nil, err
 				}
 			}
-			sock.Store(&c)
-			return c, nil
+			cc := &corkConn{Conn: c}
+			sock.Store(cc)
+			return cc, nil
 		},
 	}
 	cfg.Properties.SetClientConnectionName("outboxd/" + d.name)
@@ -125,28 +128,88 @@ func (d *dialer) dial(ctx context.Context) (*amqp.Connection, error) {
 	}
 	stop := context.AfterFunc(ctx, func() {
 		if c := sock.Load(); c != nil {
-			_ = (*c).SetDeadline(time.Unix(1, 0)) // unblocks the handshake at once
+			_ = c.SetDeadline(time.Unix(1, 0)) // unblocks the handshake at once
 		}
 	})
 	conn, err := amqp.DialConfig(d.url, cfg)
 	if !stop() && err == nil {
 		// ctx ended while the handshake finished: the deadline may have cut the socket.
 		conn.Close()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+			return nil, nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, scrub(err, d.url)
+		return nil, nil, scrub(err, d.url)
 	}
-	return conn, nil
+	return conn, sock.Load(), nil
 }
 
 // scrub keeps a URL out of an error's text: the library quotes it in a few parse errors.
 func scrub(err error, url string) error {
 	if strings.Contains(err.Error(), url) {
 		return errors.New("the url is not usable")
+	}
+	return err
+}
+
+// corkMax bounds what a corked socket holds before it writes anyway, so that a batch of
+// large messages is not copied whole into memory.
+const corkMax = 256 << 10
+
+// corkConn is the socket under the AMQP connection. The library writes every message
+// to it on its own; while a publish corks it, those writes are gathered and go out in
+// one write when it is uncorked, so a batch costs one system call on each side instead
+// of one per message. Other writers during a cork (a heartbeat, another channel's RPC)
+// wait in the buffer only until the batch is written.
+type corkConn struct {
+	net.Conn
+	mu    sync.Mutex
+	corks int
+	buf   []byte
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corks == 0 {
+		return c.Conn.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	if len(c.buf) >= corkMax {
+		return len(p), c.flushLocked()
+	}
+	return len(p), nil
+}
+
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	c.corks++
+	c.mu.Unlock()
+}
+
+// uncork ends a cork, writing what was gathered once no publish holds one.
+func (c *corkConn) uncork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corks--
+	if c.corks == 0 {
+		_ = c.flushLocked()
+	}
+}
+
+// flushLocked writes the buffer. The library was told its writes succeeded, so a failure
+// closes the socket: its reader then fails, and every message awaiting a confirm on the
+// connection fails as the connection lost.
+func (c *corkConn) flushLocked() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	if err != nil {
+		_ = c.Close()
 	}
 	return err
 }

@@ -16,13 +16,14 @@ const defaultFrameMax = 131072
 // session is one AMQP connection and what the broker said about it.
 type session struct {
 	conn    *amqp.Connection
+	sock    *corkConn
 	blocked atomic.Pointer[string] // the broker's reason while it blocks publishing
 }
 
 // newSession watches conn: whether the broker blocks publishing on it (a memory or
 // disk alarm), and its loss, which is logged unless the driver closed it.
-func (d *Driver) newSession(conn *amqp.Connection) *session {
-	s := &session{conn: conn}
+func (d *Driver) newSession(conn *amqp.Connection, sock *corkConn) *session {
+	s := &session{conn: conn, sock: sock}
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
@@ -121,11 +122,11 @@ func (d *Driver) connect(ctx context.Context) (*session, error) {
 	if d.closed.Load() {
 		return nil, router.ErrClosed
 	}
-	conn, err := d.dialer.dial(ctx)
+	conn, sock, err := d.dialer.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s = d.newSession(conn)
+	s = d.newSession(conn, sock)
 	d.mu.Lock()
 	old, idle := d.sess, d.idle
 	d.sess, d.idle = s, nil
