@@ -120,7 +120,7 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 			[]string{"OUTBOXD_STREAMS__ORDERS__DEAD_LETTER__DRIVER=dlq-bus", "OUTBOXD_STREAMS__ORDERS__DEAD_LETTER__TOPIC=dead"},
 			"streams.orders.dead_letter.driver", `no driver named "dlq-bus"`},
 		{"A driver of an unknown type is refused", "", []string{"OUTBOXD_DRIVERS__RABBIT__TYPE=rabbitmq"},
-			"drivers.rabbit.type", `want one of kafka, nats, jetstream, discard; got "rabbitmq"`},
+			"drivers.rabbit.type", `want one of kafka, nats, jetstream, redis, discard; got "rabbitmq"`},
 		// Secrets in the wrong shape.
 		{"A secret copied from redacted output is refused", "", []string{"OUTBOXD_DRIVERS__EVENTS__TOKEN=[REDACTED]"},
 			"drivers.events.token", "holds the placeholder [REDACTED], not a secret"},
