@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,35 +18,27 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 )
 
-// The tests run against a real Redis (7 or later), by default the machine's own.
-const (
-	envAddr     = "OUTBOXD_TEST_REDIS_ADDR"
-	defaultAddr = "127.0.0.1:6379"
-	// testDB is the database index every test uses; each test's keys carry a random
-	// suffix of their own and are deleted when it ends.
-	testDB = 9
-)
+// testDB is the database index every test uses, on the Redis server testenv names
+// (127.0.0.1:6379 unless OUTBOXD_TEST_REDIS_ADDR says otherwise); each test's keys carry
+// a random suffix of their own and are deleted when it ends.
+const testDB = 9
 
 // server returns the test server's address and a client of its test database, or
-// skips t when no server answers there.
+// skips t (fails it under OUTBOXD_REQUIRE_SERVICES=1) when no server answers there.
 func server(t testing.TB) (string, *goredis.Client) {
 	t.Helper()
-	addr := os.Getenv(envAddr)
-	if addr == "" {
-		addr = defaultAddr
-	}
+	addr := testenv.RedisAddr(t)
 	c := goredis.NewClient(&goredis.Options{Addr: addr, DB: testDB, MaxRetries: -1, DialTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		_ = c.Close()
-		t.Skipf("redis: no server answers at %s (%v): start one (`redis-server --port 6379`, or "+
-			"`docker run -p 6379:6379 redis:7`) or point %s at one", addr, err, envAddr)
+		t.Fatalf("redis at %s accepts connections but does not answer PING on database %d: %v", addr, testDB, err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
 	return addr, c
 }
 
