@@ -23,40 +23,35 @@ func (d *Driver) Check(m *router.Message) error {
 	if m.Topic == "" {
 		return router.Permanent(errors.New("redis: the message has no topic, which names the stream to add it to"))
 	}
-	if err := d.fits("the topic (the stream's key)", len(m.Topic)); err != nil {
-		return err
+	if len(m.Topic) > d.maxBytes {
+		return d.tooLarge("the topic (the stream's key)", len(m.Topic))
 	}
-	if err := d.fits("the payload", len(m.Payload)); err != nil {
-		return err
+	if len(m.Payload) > d.maxBytes {
+		return d.tooLarge("the payload", len(m.Payload))
 	}
-	if err := d.fits("the key", len(m.Key)); err != nil {
-		return err
+	if len(m.Key) > d.maxBytes {
+		return d.tooLarge("the key", len(m.Key))
 	}
-	if err := d.fits("the message id", len(m.DedupID())); err != nil {
-		return err
+	if id := m.DedupID(); len(id) > d.maxBytes {
+		return d.tooLarge("the message id", len(id))
 	}
 	for name, value := range m.Headers {
-		if name == "" {
+		switch {
+		case name == "":
 			return router.Permanent(fmt.Errorf("redis xadd %s: a header has an empty name; name it, or drop it", quote(m.Topic)))
-		}
-		if reserved[name] {
-			continue // dropped: the fixed fields carry it
-		}
-		if err := d.fits("the name of header "+quote(name), len(HeaderFieldPrefix)+len(name)); err != nil {
-			return err
-		}
-		if err := d.fits("header "+quote(name), len(value)); err != nil {
-			return err
+		case reserved[name]:
+			// dropped: the fixed fields carry it
+		case len(HeaderFieldPrefix)+len(name) > d.maxBytes:
+			return d.tooLarge("the name of header "+quote(name), len(HeaderFieldPrefix)+len(name))
+		case len(value) > d.maxBytes:
+			return d.tooLarge("header "+quote(name), len(value))
 		}
 	}
 	return nil
 }
 
-// fits refuses a value of n bytes above max_payload_bytes.
-func (d *Driver) fits(what string, n int) error {
-	if n <= d.maxBytes {
-		return nil
-	}
+// tooLarge refuses a value of n bytes, above max_payload_bytes.
+func (d *Driver) tooLarge(what string, n int) error {
 	return router.Permanent(fmt.Errorf("redis: %s takes %d bytes and max_payload_bytes is %d "+
 		"(a server refuses an argument above its proto-max-bulk-len, 512 MiB by default)", what, n, d.maxBytes))
 }

@@ -27,16 +27,19 @@ func TestAnEntryCarriesTheOutboxFieldsAndEachHeaderUnderItsPrefix(t *testing.T) 
 				router.HeaderID:        "the producer's, replaced",
 				router.HeaderMessageID: "the producer's, replaced",
 			}},
-		{ID: 8, Stream: "orders", Topic: key, Payload: nil, RowDedupID: "row-8"},
+		{ID: 8, Stream: "orders", Topic: key, Payload: nil, RowDedupID: "row-8", Headers: map[string]string{"payload": "one header"}},
+		{ID: 9, Stream: "orders", Topic: key, Key: []byte{}, Payload: []byte("p"), RowDedupID: "row-9",
+			Headers: map[string]string{router.HeaderKey: "the producer's, dropped"}},
 	}
-	if errs := d.Publish(testCtx(t), msgs); errs[0] != nil || errs[1] != nil {
+	if errs := d.Publish(testCtx(t), msgs); errs[0] != nil || errs[1] != nil || errs[2] != nil {
 		t.Fatalf("Publish: %v", errs)
 	}
-	got := readStream(t, c, key, 2)
+	got := readStream(t, c, key, 3)
 	want := [][]string{
 		{"id", "7", "message_id", "m-7", "stream", "orders", "key", "order-7", "payload", `{"n":7}`,
 			"h:content-type", "application/json", "h:id", "a header, not the id", "h:payload", "a header, not the payload"},
-		{"id", "8", "message_id", "row-8", "stream", "orders", "payload", ""},
+		{"id", "8", "message_id", "row-8", "stream", "orders", "payload", "", "h:payload", "one header"},
+		{"id", "9", "message_id", "row-9", "stream", "orders", "key", "", "payload", "p"},
 	}
 	for i, e := range got {
 		// XRANGE as the raw reply: the fields in the order they were written.

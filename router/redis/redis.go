@@ -45,11 +45,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -185,14 +183,14 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 	if router.KeyOrdered(ctx) {
 		pipe = d.rdb.TxPipeline() // see the package comment
 	}
-	cmds := make([]*goredis.StringCmd, len(msgs))
+	cmds := make([]*goredis.Cmd, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
 		if err := d.Check(m); err != nil {
 			errs[i] = err
 			continue
 		}
-		cmds[i] = pipe.XAdd(pctx, d.entry(m))
+		cmds[i] = pipe.Do(pctx, d.xadd(m)...)
 	}
 	if pipe.Len() == 0 {
 		cancel()
@@ -239,7 +237,7 @@ type outcome struct {
 
 // exec runs the pipeline and, when some XADD found its key holding another type, asks
 // the server (one more round trip, only then) what each such key holds.
-func (d *Driver) exec(ctx context.Context, pipe goredis.Pipeliner, cmds []*goredis.StringCmd) outcome {
+func (d *Driver) exec(ctx context.Context, pipe goredis.Pipeliner, cmds []*goredis.Cmd) outcome {
 	_, err := pipe.Exec(ctx)
 	out := outcome{err: err}
 	var wrong []string
@@ -247,8 +245,9 @@ func (d *Driver) exec(ctx context.Context, pipe goredis.Pipeliner, cmds []*gored
 		if cmd == nil {
 			continue
 		}
-		out.answered = out.answered || cmd.Err() != nil || cmd.Val() != ""
-		if isWrongType(cmd.Err()) {
+		err := cmd.Err()
+		out.answered = out.answered || err != nil || cmd.Val() != nil
+		if err != nil && isWrongType(err) {
 			wrong = append(wrong, cmd.Args()[1].(string))
 		}
 	}
@@ -276,15 +275,16 @@ func (d *Driver) exec(ctx context.Context, pipe goredis.Pipeliner, cmds []*gored
 // of the entry it added. When no command was answered (no connection could be had, or
 // its handshake was refused: go-redis then leaves the commands without an error of
 // their own) each takes the pipeline's error.
-func (d *Driver) result(ctx context.Context, cmd *goredis.StringCmd, out outcome) error {
+func (d *Driver) result(ctx context.Context, cmd *goredis.Cmd, out outcome) error {
 	key := cmd.Args()[1].(string)
-	id, err := cmd.Result()
+	id, err := cmd.Text() // the entry id; an error when the reply was another
 	switch {
 	case err == nil && id != "":
 		return nil
-	case err == nil && !out.answered && out.err != nil:
+	case cmd.Err() != nil: // the server's or the connection's answer to this command
+	case !out.answered && out.err != nil:
 		err = out.err
-	case err == nil:
+	default:
 		err = errNoReply
 	}
 	if ctx.Err() != nil && !isReply(err) {
@@ -312,25 +312,47 @@ func notStream(key, typ string) string {
 	return fmt.Sprintf("redis: key %s is a %s, not a stream", quote(key), typ)
 }
 
-// entry is m as the arguments of its XADD.
-func (d *Driver) entry(m *router.Message) *goredis.XAddArgs {
-	values := make([]any, 0, 10+2*len(m.Headers))
-	values = append(values,
-		FieldID, strconv.FormatInt(m.ID, 10),
+// xadd is m's XADD command: the trimming, if any, the server's choice of entry id, and
+// the entry's fields.
+func (d *Driver) xadd(m *router.Message) []any {
+	args := make([]any, 0, 16+2*len(m.Headers))
+	args = append(args, "xadd", m.Topic)
+	if d.maxLen > 0 {
+		trim := "="
+		if d.approx {
+			trim = "~"
+		}
+		args = append(args, "maxlen", trim, d.maxLen)
+	}
+	args = append(args, "*",
+		FieldID, m.ID,
 		FieldMessageID, m.DedupID(),
 		FieldStream, m.Stream)
 	if m.Key != nil {
-		values = append(values, FieldKey, m.Key)
+		args = append(args, FieldKey, m.Key)
 	}
-	values = append(values, FieldPayload, m.Payload)
-	if len(m.Headers) > 0 {
-		for _, name := range slices.Sorted(maps.Keys(m.Headers)) {
+	args = append(args, FieldPayload, m.Payload)
+	switch len(m.Headers) {
+	case 0:
+	case 1:
+		for name, value := range m.Headers {
 			if !reserved[name] {
-				values = append(values, HeaderFieldPrefix+name, m.Headers[name])
+				args = append(args, HeaderFieldPrefix+name, value)
+			}
+		}
+	default:
+		names := make([]string, 0, len(m.Headers))
+		for name := range m.Headers {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if !reserved[name] {
+				args = append(args, HeaderFieldPrefix+name, m.Headers[name])
 			}
 		}
 	}
-	return &goredis.XAddArgs{Stream: m.Topic, MaxLen: d.maxLen, Approx: d.approx, Values: values}
+	return args
 }
 
 // enter counts a Publish in, unless the driver is closed.
