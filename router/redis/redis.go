@@ -24,8 +24,9 @@
 // that was refused.
 //
 // An entry's fields are FieldID, FieldMessageID, FieldStream, FieldKey (only when the
-// row has a key), FieldPayload, and one field per producer header, named
-// HeaderFieldPrefix plus the header's name, in name order. The prefix keeps a header
+// row has a key), FieldPayload, and one field per other header (the producer's, and
+// those outboxd adds, such as traceparent), named HeaderFieldPrefix plus the header's
+// name, in name order. The prefix keeps a header
 // named "payload" from shadowing the payload; outboxd's own headers (Outbox-Id and
 // the rest) are the fixed fields, so a producer header of one of their names is
 // dropped, as outboxd's headers replace a producer's on every driver.
