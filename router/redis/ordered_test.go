@@ -57,16 +57,15 @@ func TestAnOrderedPublishAddsNothingWhenTheServerRefusesOneOfItsMessagesAsItIsQu
 	}
 
 	// Unordered, a plain pipeline: the refused message fails alone.
-	plain := allowed + ":plain"
+	plain, tx := allowed+":plain", allowed+":tx"
+	t.Cleanup(func() { c.Del(context.Background(), plain, tx) })
 	errs := pub.Publish(testCtx(t), batch(plain))
 	if k := kinds(errs); !slices.Equal(k, []string{"ok", "permanent", "ok", "ok"}) {
 		t.Fatalf("unordered: kinds %v: %v", k, errs)
 	}
 	readStream(t, c, plain, 3)
-	t.Cleanup(func() { c.Del(context.Background(), plain) })
 
 	// Ordered, one transaction: discarded whole, so nothing passes the refusal.
-	tx := allowed + ":tx"
 	errs = pub.PublishOrdered(testCtx(t), batch(tx))
 	if k := kinds(errs); !slices.Equal(k, []string{"retryable", "permanent", "retryable", "retryable"}) {
 		t.Fatalf("ordered: kinds %v: %v", k, errs)
