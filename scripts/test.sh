@@ -45,7 +45,7 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
 	fi
 fi
 
-trap 'if declare -F outboxd_pg_stop >/dev/null; then outboxd_pg_stop || true; fi' EXIT
+trap 'if declare -F outboxd_pg_stop >/dev/null; then outboxd_pg_stop || true; fi; if declare -F outboxd_services_stop >/dev/null; then outboxd_services_stop || true; fi' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 # shellcheck source=scripts/ensure-postgres.sh
@@ -54,6 +54,11 @@ trap 'exit 143' TERM
 # The chaos suite's private servers (postgres-restarted restarts one) need the server binaries
 # here even when the shared server answers from elsewhere: installed when missing, or exit.
 outboxd_pg_ensure_private_binaries test.sh || exit 1
+
+# The redis and rabbitmq drivers' tests publish to real servers (scripts/ensure-services.sh).
+# shellcheck source=scripts/ensure-services.sh
+. scripts/ensure-services.sh
+outboxd_ensure_services
 
 echo "== gofmt" >&2
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then

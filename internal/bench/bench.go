@@ -19,8 +19,6 @@ import (
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
-	"github.com/outboxd/outboxd/router"
-	"github.com/outboxd/outboxd/router/discard"
 	jsdrv "github.com/outboxd/outboxd/router/jetstream"
 	kafkadrv "github.com/outboxd/outboxd/router/kafka"
 	natsdrv "github.com/outboxd/outboxd/router/nats"
@@ -56,28 +54,28 @@ const (
 	benchRateWorkers = 16
 )
 
-// benchDrivers lists the driver types the bench knows, in report order.
-var benchDrivers = []string{discard.Type, jsdrv.Type, kafkadrv.Type, natsdrv.Type}
-
 // benchSettings is what one run measured with; --json prints it under "settings".
 type benchSettings struct {
-	Messages          int      `json:"messages"`
-	PayloadBytes      int      `json:"payload_bytes"`
-	Keys              int      `json:"keys"`
-	Streams           int      `json:"streams"`
-	BatchSize         int      `json:"batch_size"`
-	BatchSizeFrom     string   `json:"batch_size_from"`
-	Concurrency       int      `json:"concurrency"`
-	ConcurrencyFrom   string   `json:"concurrency_from"`
-	Rate              int      `json:"rate"`
-	LatencySeconds    float64  `json:"latency_seconds"`
-	IdleSamples       int      `json:"idle_samples"`
-	ProducerMessages  int      `json:"producer_messages"`
-	Drivers           []string `json:"drivers"`
-	NATS              string   `json:"nats"`
-	Kafka             string   `json:"kafka"`
-	Quick             bool     `json:"quick"`
-	DispatcherProcess string   `json:"dispatcher_process"`
+	Messages         int      `json:"messages"`
+	PayloadBytes     int      `json:"payload_bytes"`
+	Keys             int      `json:"keys"`
+	Streams          int      `json:"streams"`
+	BatchSize        int      `json:"batch_size"`
+	BatchSizeFrom    string   `json:"batch_size_from"`
+	Concurrency      int      `json:"concurrency"`
+	ConcurrencyFrom  string   `json:"concurrency_from"`
+	Rate             int      `json:"rate"`
+	LatencySeconds   float64  `json:"latency_seconds"`
+	IdleSamples      int      `json:"idle_samples"`
+	ProducerMessages int      `json:"producer_messages"`
+	Drivers          []string `json:"drivers"`
+	NATS             string   `json:"nats"`
+	Kafka            string   `json:"kafka"`
+	// Destinations describes, per driver type, a destination the bench set up itself
+	// (benchDest.setup): where it was, as the report may show it.
+	Destinations      map[string]string `json:"destinations,omitempty"`
+	Quick             bool              `json:"quick"`
+	DispatcherProcess string            `json:"dispatcher_process"`
 	// Retained delivered rows kept in the table through every phase, to show that
 	// claim cost does not grow with the delivered rows a deployment keeps.
 	Retained int `json:"retained"`
@@ -108,23 +106,11 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 	cfg.ReplicaID = benchReplica
 	cfg.HTTP.Addr = "127.0.0.1:0" // metrics on, as run's default, on a port nobody else holds
 	cfg.Janitor = benchJanitor(o.set)
-	var opts router.Options
-	switch driverType {
-	case natsdrv.Type:
-		n := natsdrv.DefaultOptions()
-		n.URL = o.natsURL
-		opts = n
-	case jsdrv.Type:
-		j := jsdrv.DefaultOptions()
-		j.URL = o.natsURL
-		opts = j
-	case kafkadrv.Type:
-		k := kafkadrv.DefaultOptions()
-		k.Brokers = o.kafkaBrokers
-		opts = k
-	case discard.Type:
-		opts = discard.DefaultOptions()
+	dest, err := destOf(driverType)
+	if err != nil {
+		return cfg, err
 	}
+	opts := dest.options(o)
 	cfg.Drivers = map[string]config.Driver{benchDriverName: {Type: driverType, Options: opts}}
 	cfg.Streams = map[string]config.Stream{}
 	for _, name := range benchStreams(o.set.Streams) {
@@ -169,6 +155,7 @@ type bench struct {
 	nats     *benchNATS
 	kafka    *benchKafka
 	report   benchReport
+	closers  []func() // the destinations' own, in setup order
 	// retainedUpTo is the last id of the --retained rows; phases keep ids up to it.
 	retainedUpTo int64
 }
@@ -286,6 +273,28 @@ func (b *bench) setup(ctx context.Context) error {
 		}
 		b.opt.kafkaBrokers = b.kafka.brokers
 	}
+	b.opt.addrs = map[string]string{}
+	for _, typ := range b.opt.set.Drivers {
+		dest, err := destOf(typ)
+		if err != nil {
+			return err
+		}
+		if dest.setup == nil {
+			continue
+		}
+		addr, describe, closer, err := dest.setup(ctx, b)
+		if err != nil {
+			return err
+		}
+		if closer != nil {
+			b.closers = append(b.closers, closer)
+		}
+		b.opt.addrs[typ] = addr
+		if b.report.Settings.Destinations == nil {
+			b.report.Settings.Destinations = map[string]string{}
+		}
+		b.report.Settings.Destinations[typ] = describe
+	}
 	return nil
 }
 
@@ -335,6 +344,9 @@ func (b *bench) measure(ctx context.Context) error {
 
 func (b *bench) close() {
 	b.progress.stop()
+	for _, c := range slices.Backward(b.closers) {
+		c()
+	}
 	if b.kafka != nil {
 		b.kafka.close()
 	}

@@ -329,17 +329,11 @@ type arrivalCounter interface {
 
 // arrivals prepares the count of one drain before its dispatcher starts.
 func (b *bench) arrivals(ctx context.Context, driverType string) (arrivalCounter, error) {
-	switch driverType {
-	case discard.Type:
-		return discardCounter{}, nil
-	case natsdrv.Type:
-		return b.nats.subscribe()
-	case jsdrv.Type:
-		return b.nats.purge(ctx)
-	case kafkadrv.Type:
-		return b.kafka.mark(ctx)
+	dest, err := destOf(driverType)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("bench: no arrival count for driver type %q", driverType)
+	return dest.arrivals(ctx, b)
 }
 
 // discardCounter reads the discard driver's own count, which the child logs when it

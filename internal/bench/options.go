@@ -56,6 +56,10 @@ const (
 // DriverTypes lists the driver types the bench knows, in report order.
 func DriverTypes() []string { return slices.Clone(benchDrivers) }
 
+// DefaultDriverTypes lists the driver types measured when --drivers is not given: those
+// whose destination the bench can start or reach on a bare machine.
+func DefaultDriverTypes() []string { return defaultDrivers() }
+
 // DefaultOptions are the bench's defaults: run's batch size, concurrency and flow, every
 // driver, embedded brokers.
 func DefaultOptions() Options {
@@ -63,7 +67,7 @@ func DefaultOptions() Options {
 	return Options{
 		Messages: 100000, PayloadBytes: 1024, Keys: 1000, Flow: def.Flow, Ack: benchAckUpdate, Streams: 1,
 		BatchSize: def.BatchSize, Concurrency: def.Concurrency, Rate: 1000, LatencyDuration: 10 * time.Second,
-		IdleSamples: 500, Drivers: strings.Join(benchDrivers, ","), Timeout: 10 * time.Minute,
+		IdleSamples: 500, Drivers: strings.Join(defaultDrivers(), ","), Timeout: 10 * time.Minute,
 	}
 }
 
@@ -78,16 +82,20 @@ type benchOptions struct {
 	dsn          string
 	natsURL      string
 	kafkaBrokers []string
-	binary       string
-	timeout      time.Duration
-	json         bool
+	// addrs holds, per driver type, the address its destination's setup returned.
+	addrs map[string]string
+	// raw is the command line as given, for destinations' own flags.
+	raw     Options
+	binary  string
+	timeout time.Duration
+	json    bool
 }
 
 // resolve checks o, mistakes as OptionError, and applies --quick and the defaults. The
 // dispatcher's settings must validate as run would validate them; they are checked
 // here rather than after the first phases.
 func resolve(o Options) (benchOptions, error) {
-	r := benchOptions{dsn: o.DatabaseURL, natsURL: o.NATSURL, binary: o.Binary, timeout: o.Timeout, json: o.JSON}
+	r := benchOptions{dsn: o.DatabaseURL, natsURL: o.NATSURL, binary: o.Binary, timeout: o.Timeout, json: o.JSON, raw: o}
 	producerMessages := 40 * benchProducerBatch
 	if o.Quick {
 		for name, small := range map[string]func(){

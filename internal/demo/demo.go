@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,15 +16,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
-	jsdriver "github.com/outboxd/outboxd/router/jetstream"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
@@ -34,7 +30,10 @@ import (
 // every start, so the demo never touches an application's outbox.
 var demoTable = table.Name{Schema: "outboxd_demo", Table: "messages"}
 
-const demoSubjectPrefix = "demo."
+const (
+	demoSubjectPrefix = "demo."
+	demoDriverName    = "demo" // the driver the demo's stream is routed to
+)
 
 // Summary is the demo's result; --json prints exactly these fields.
 type Summary = demoSummary
@@ -56,8 +55,9 @@ type demoSummary struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
-// Run is outboxd demo: an embedded NATS server with JetStream, a dispatcher, concurrent
-// producers and a consumer, ending with a summary. Mistakes in o fail as OptionError
+// Run is outboxd demo: a destination (--driver; by default an embedded NATS server with
+// JetStream), a dispatcher, concurrent producers and a consumer at the destination,
+// ending with a summary. Mistakes in o fail as OptionError
 // before anything starts.
 func Run(ctx context.Context, o Options) error {
 	switch {
@@ -66,8 +66,12 @@ func Run(ctx context.Context, o Options) error {
 	case o.Producers < 1 || o.Batch < 1 || o.RollbackEvery < 0 || o.LoseAnswerEvery < 0:
 		return OptionError("demo: --producers and --batch must be at least 1, --rollback-every and --lose-answer-every at least 0")
 	}
-	if !bench.Embedded {
-		return fmt.Errorf("demo: %w, which the demo runs on: use a build without the tag (make demo builds one)", bench.ErrNotEmbedded)
+	spec, err := targetOf(o.Driver)
+	if err != nil {
+		return err
+	}
+	if spec.embedded && !bench.Embedded {
+		return fmt.Errorf("demo: %w, which the demo runs on with --driver %s: use a build without the tag (make demo builds one)", bench.ErrNotEmbedded, spec.typ)
 	}
 	cfg := config.Default()
 	if o.DatabaseURL != "" {
@@ -76,31 +80,6 @@ func Run(ctx context.Context, o Options) error {
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if !o.JSON {
 		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, o.Stderr)
-	}
-
-	// An embedded NATS server with JetStream, and a stream capturing the demo subjects.
-	storeDir, err := os.MkdirTemp("", "outboxd-demo-nats-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(storeDir)
-	natsURL, stopNATS, err := bench.StartEmbeddedNATS(storeDir)
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	defer stopNATS()
-	nc, err := natsgo.Connect(natsURL)
-	if err != nil {
-		return fmt.Errorf("demo: connect to embedded NATS: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	jsStream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOXD_DEMO", Subjects: []string{demoSubjectPrefix + ">"}, Storage: jetstream.FileStorage})
-	if err != nil {
-		return fmt.Errorf("demo: create JetStream stream: %w", err)
 	}
 
 	// A fresh demo table.
@@ -113,14 +92,15 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("demo: connect to database %s: %w", config.RedactDSN(cfg.DatabaseURL), err)
 	}
 	cfg.Schema, cfg.TableName = demoTable.Schema, demoTable.Table
-	drv := jsdriver.DefaultOptions()
-	drv.URL = natsURL
-	// The demo shows the first-deployment setting: the driver creates its stream when
-	// it is missing (production leaves this off; docs/configuration.md).
-	drv.Provision.Enabled, drv.Provision.Stream = true, "OUTBOXD_DEMO"
-	cfg.Drivers = map[string]config.Driver{"jetstream": {Type: jsdriver.Type, Options: drv}}
+	dest, err := spec.open(ctx, o, targetEnv{pool: pool, dsn: cfg.DatabaseURL, schema: demoTable.Schema})
+	if err != nil {
+		return err
+	}
+	defer dest.close()
+	section, prefix := dest.driver()
+	cfg.Drivers = map[string]config.Driver{demoDriverName: section}
 	stream := config.DefaultStream()
-	stream.Driver, stream.TopicPrefix = "jetstream", demoSubjectPrefix
+	stream.Driver, stream.TopicPrefix = demoDriverName, prefix
 	stream.BatchSize = 500
 	cfg.Streams = map[string]config.Stream{"demo": stream}
 	if err := cfg.Validate(); err != nil {
@@ -138,30 +118,18 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	// Duplicates are counted where they still show: the stream drops a copy published
-	// inside its duplicate window and answers that it was one, so a consumer of the
-	// stream never sees it; the driver counts those answers.
-	jsDriver, ok := d.Driver("jetstream").(*jsdriver.Driver)
-	if !ok {
-		return errors.New("demo: the jetstream driver is not a JetStream driver")
-	}
+	absorbed := dest.absorbed(d)
 	runCtx, stopDispatcher := context.WithCancel(ctx)
 	dispatched := make(chan error, 1)
 	go func() { dispatched <- d.Run(runCtx) }()
 
-	// The consumer: every message the stream stored, counted by its de-duplication id
-	// (a copy published after the duplicate window would be stored again, and counted).
-	cons, err := jsStream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	// The consumer: every copy that arrived, counted by its Outbox-Message-Id.
+	stopConsuming, err := dest.consume(ctx, func(id string) { run.receive(run.seq(id)) })
 	if err != nil {
 		stopDispatcher()
-		return err
+		return fmt.Errorf("demo: read %s: %w", o.Driver, err)
 	}
-	consumed, err := cons.Consume(func(m jetstream.Msg) { run.receive(run.seq(m.Headers().Get(natsgo.MsgIdHdr))) })
-	if err != nil {
-		stopDispatcher()
-		return err
-	}
-	defer consumed.Stop()
+	defer stopConsuming()
 
 	start := time.Now()
 	writer, err := producer.New(demoTable)
@@ -221,7 +189,7 @@ wait:
 	if err := <-dispatched; err != nil && failure == nil {
 		failure = err
 	}
-	sum := run.summary(elapsed, int64(jsDriver.Duplicates()))
+	sum := run.summary(elapsed, absorbed())
 	sum.PeakRSSMiB = math.Round(bench.SelfPeakRSSMiB()*10) / 10
 	if o.JSON {
 		out, _ := json.Marshal(sum)

@@ -1,6 +1,9 @@
 package demo
 
-import "flag"
+import (
+	"flag"
+	"strings"
+)
 
 // Register declares outboxd demo's flags on fs, each filling its field of o; o's values
 // when called are the defaults shown.
@@ -9,7 +12,8 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.Producers, "producers", o.Producers, "concurrent producer goroutines, each committing transactions")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "messages per producer transaction")
 	fs.IntVar(&o.RollbackEvery, "rollback-every", o.RollbackEvery, "roll back every Nth transaction on purpose (0: never)")
-	fs.IntVar(&o.LoseAnswerEvery, "lose-answer-every", o.LoseAnswerEvery, "lose JetStream's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again and the stream's de-duplication drops the copies (0: never)")
+	fs.IntVar(&o.LoseAnswerEvery, "lose-answer-every", o.LoseAnswerEvery, "lose the destination's answer to every Nth publish of a batch, as a dropped connection would: the dispatcher publishes it again (JetStream's de-duplication drops the copies; elsewhere the consumer counts them as duplicates) (0: never)")
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the summary as one JSON object on stdout, and nothing else there")
+	fs.StringVar(&o.Driver, "driver", o.Driver, "the destination to publish to and count at: "+strings.Join(TargetTypes(), ", "))
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting for delivery after this long")
 }

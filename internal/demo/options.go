@@ -15,6 +15,7 @@ type Options struct {
 	LoseAnswerEvery int           // --lose-answer-every: lose the answer to every Nth batch (0: never)
 	JSON            bool          // --json: the summary as one JSON object, alone on stdout
 	Timeout         time.Duration // --timeout: give up waiting for delivery after this long
+	Driver          string        // --driver: the destination's driver type (target.go)
 	// DatabaseURL is the PostgreSQL the demo writes to, in its own schema ("": the
 	// configuration's default).
 	DatabaseURL    string
@@ -23,7 +24,7 @@ type Options struct {
 
 // DefaultOptions are the demo's defaults: 100,000 messages from 8 producers.
 func DefaultOptions() Options {
-	return Options{Messages: 100000, Producers: 8, Batch: 50, RollbackEvery: 10, Timeout: 5 * time.Minute}
+	return Options{Messages: 100000, Producers: 8, Batch: 50, RollbackEvery: 10, Timeout: 5 * time.Minute, Driver: targets[0].typ}
 }
 
 // OptionError is a mistake in the options, as a command line's usage error.

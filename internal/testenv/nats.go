@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ type NATSServer struct {
 	t    testing.TB
 	opts server.Options
 	srv  *server.Server
+	log  *testLogger
 }
 
 // NewNATS starts an embedded NATS server with JetStream for t; it stops when t ends.
@@ -27,10 +30,12 @@ func NewNATS(t testing.TB) *NATSServer {
 		NoLog:     true,
 		NoSigs:    true,
 	}}
+	s.log = &testLogger{t: t}
 	s.Start()
 	// Restarts reuse the port the first start was given, so clients reconnect.
 	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
 	t.Cleanup(s.Stop)
+	t.Cleanup(s.log.stop) // runs first: nothing is logged to a finished test
 	return s
 }
 
@@ -48,6 +53,7 @@ func (s *NATSServer) Start() {
 	if err != nil {
 		s.t.Fatalf("testenv: create NATS server: %v", err)
 	}
+	srv.SetLoggerV2(s.log, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
@@ -64,3 +70,32 @@ func (s *NATSServer) Stop() {
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
 }
+
+// testLogger hands the server's warnings and errors to the test's log, so that a failure
+// the server explains only in its log (a stream it could not create, say) says why.
+type testLogger struct {
+	mu      sync.Mutex
+	t       testing.TB
+	stopped bool
+}
+
+func (l *testLogger) logf(level, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.stopped {
+		l.t.Logf("nats-server %s: %s", level, fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *testLogger) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+}
+
+func (l *testLogger) Noticef(string, ...any)         {}
+func (l *testLogger) Debugf(string, ...any)          {}
+func (l *testLogger) Tracef(string, ...any)          {}
+func (l *testLogger) Warnf(format string, v ...any)  { l.logf("warning", format, v...) }
+func (l *testLogger) Errorf(format string, v ...any) { l.logf("error", format, v...) }
+func (l *testLogger) Fatalf(format string, v ...any) { l.logf("fatal", format, v...) }
