@@ -20,6 +20,7 @@ import (
 	jsdrv "github.com/outboxd/outboxd/router/jetstream"
 	kafkadrv "github.com/outboxd/outboxd/router/kafka"
 	natsdrv "github.com/outboxd/outboxd/router/nats"
+	"github.com/outboxd/outboxd/router/webhook"
 )
 
 // drain fills a fresh backlog, runs `outboxd run` as a child process until every row
@@ -175,6 +176,9 @@ func benchEnviron(parent []string, cfg config.Config) []string {
 			set(prefix+"URL", o.URL)
 		case kafkadrv.Options:
 			set(prefix+"BROKERS", strings.Join(o.Brokers, ","))
+		case webhook.Options:
+			set(prefix+"URL", o.URL)
+			set(prefix+"BATCH", strconv.FormatBool(o.Batch))
 		}
 	}
 	for name, s := range cfg.Streams {
