@@ -82,7 +82,7 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 		{"An environment variable that names no setting is refused", "", []string{"OUTBOXD_DATABASE_URI=postgres://db/app"},
 			"OUTBOXD_DATABASE_URI", "unknown environment variable (no key database_uri); did you mean OUTBOXD_DATABASE_URL?"},
 		{"A key of another driver type is refused", "", []string{"OUTBOXD_DRIVERS__BUS__URL=nats://n:4222"},
-			"drivers.bus.url", "only valid for types nats and jetstream"},
+			"drivers.bus.url", "only valid for types nats, jetstream and http"},
 		{"A key set twice in the file is refused", "log: {level: info, level: debug}\n", nil,
 			"log.level", "set twice"},
 		// DSNs.
@@ -120,7 +120,7 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 			[]string{"OUTBOXD_STREAMS__ORDERS__DEAD_LETTER__DRIVER=dlq-bus", "OUTBOXD_STREAMS__ORDERS__DEAD_LETTER__TOPIC=dead"},
 			"streams.orders.dead_letter.driver", `no driver named "dlq-bus"`},
 		{"A driver of an unknown type is refused", "", []string{"OUTBOXD_DRIVERS__RABBIT__TYPE=rabbitmq"},
-			"drivers.rabbit.type", `want one of kafka, nats, jetstream, redis, discard; got "rabbitmq"`},
+			"drivers.rabbit.type", `want one of kafka, nats, jetstream, http, redis, discard; got "rabbitmq"`},
 		// Secrets in the wrong shape.
 		{"A secret copied from redacted output is refused", "", []string{"OUTBOXD_DRIVERS__EVENTS__TOKEN=[REDACTED]"},
 			"drivers.events.token", "holds the placeholder [REDACTED], not a secret"},
