@@ -82,7 +82,7 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 		{"An environment variable that names no setting is refused", "", []string{"OUTBOXD_DATABASE_URI=postgres://db/app"},
 			"OUTBOXD_DATABASE_URI", "unknown environment variable (no key database_uri); did you mean OUTBOXD_DATABASE_URL?"},
 		{"A key of another driver type is refused", "", []string{"OUTBOXD_DRIVERS__BUS__URL=nats://n:4222"},
-			"drivers.bus.url", "only valid for types nats, jetstream and rabbitmq"},
+			"drivers.bus.url", "only valid for types nats, jetstream, http and rabbitmq"},
 		{"A key set twice in the file is refused", "log: {level: info, level: debug}\n", nil,
 			"log.level", "set twice"},
 		// DSNs.
