@@ -82,7 +82,7 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 		{"An environment variable that names no setting is refused", "", []string{"OUTBOXD_DATABASE_URI=postgres://db/app"},
 			"OUTBOXD_DATABASE_URI", "unknown environment variable (no key database_uri); did you mean OUTBOXD_DATABASE_URL?"},
 		{"A key of another driver type is refused", "", []string{"OUTBOXD_DRIVERS__BUS__URL=nats://n:4222"},
-			"drivers.bus.url", "only valid for types nats, jetstream and postgres"},
+			"drivers.bus.url", "only valid for types nats, jetstream, http, rabbitmq and postgres"},
 		{"A key set twice in the file is refused", "log: {level: info, level: debug}\n", nil,
 			"log.level", "set twice"},
 		// DSNs.
@@ -119,8 +119,8 @@ func TestEveryBadConfigurationValueIsAProblemNamingItsKey(t *testing.T) {
 		{"A dead letter routed to a driver nobody configured is refused", "",
 			[]string{"OUTBOXD_STREAMS__ORDERS__DEAD_LETTER__DRIVER=dlq-bus", "OUTBOXD_STREAMS__ORDERS__DEAD_LETTER__TOPIC=dead"},
 			"streams.orders.dead_letter.driver", `no driver named "dlq-bus"`},
-		{"A driver of an unknown type is refused", "", []string{"OUTBOXD_DRIVERS__RABBIT__TYPE=rabbitmq"},
-			"drivers.rabbit.type", `want one of kafka, nats, jetstream, discard, postgres; got "rabbitmq"`},
+		{"A driver of an unknown type is refused", "", []string{"OUTBOXD_DRIVERS__PIGEON__TYPE=carrier-pigeon"},
+			"drivers.pigeon.type", "want one of " + strings.Join(registry.Types(), ", ") + `; got "carrier-pigeon"`},
 		// Secrets in the wrong shape.
 		{"A secret copied from redacted output is refused", "", []string{"OUTBOXD_DRIVERS__EVENTS__TOKEN=[REDACTED]"},
 			"drivers.events.token", "holds the placeholder [REDACTED], not a secret"},

@@ -326,11 +326,11 @@ drivers:
 		"drivers.bus.brokers: only valid for type kafka (line 6)",
 		"drivers.bus.allow_auto_topic_creation: only valid for type kafka (line 7)",
 		"drivers.kf.max_in_flight: only valid for type jetstream",
-		"drivers.kf.publish_timeout: only valid for types nats, jetstream and postgres",
-		"drivers.kf.url: only valid for types nats, jetstream and postgres",
+		"drivers.kf.publish_timeout: only valid for types nats, jetstream, redis, rabbitmq and postgres",
+		"drivers.kf.url: only valid for types nats, jetstream, http, rabbitmq and postgres",
 		"drivers.js.provision.partitions: only valid for type kafka",
 		"drivers.js.provision.bogus: unknown key",
-		"drivers.sink.tls.enabled: only valid for types kafka, nats and jetstream",
+		"drivers.sink.tls.enabled: only valid for types kafka, nats, jetstream, http, redis and rabbitmq",
 		"drivers.bus.provision.enabled: only valid for types kafka and jetstream (from OUTBOXD_DRIVERS__BUS__PROVISION__ENABLED)",
 	} {
 		if !strings.Contains(ps.Error(), want) {

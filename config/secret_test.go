@@ -90,7 +90,7 @@ func TestRedactDSNReplacesOnlyPasswords(t *testing.T) {
 
 // The secrets below each appear once in the fixtures, so finding one anywhere in output
 // means it leaked.
-var secrets = []string{"dsn-pw-7f3a", "sasl-pw-91c2", "nats-token-55de", "nats-url-pw-a1b2", "admin-tok-0123456789abcdef", "read-tok-0123456789abcdef", "read-tok-01", "inbox-pw-3c4d"}
+var secrets = []string{"dsn-pw-7f3a", "sasl-pw-91c2", "nats-token-55de", "nats-url-pw-a1b2", "admin-tok-0123456789abcdef", "read-tok-0123456789abcdef", "read-tok-01", "hook-url-pw-c3d4", "hook-sign-0123456789", "inbox-pw-3c4d"}
 
 const secretFile = `
 database_url: postgres://app:dsn-pw-7f3a@db.internal:5432/app?sslmode=require
@@ -106,6 +106,10 @@ drivers:
     type: jetstream
     url: nats://n1:4222
     token: nats-token-55de
+  hook:
+    type: http
+    url: https://svc:hook-url-pw-c3d4@hooks.example.com/events/{topic}
+    signing_secret: hook-sign-0123456789
   inbox:
     type: postgres
     url: postgres://consumer:inbox-pw-3c4d@inbox.internal/shop
@@ -157,6 +161,9 @@ func TestSecretsNeverAppearInOutput(t *testing.T) {
 			t.Errorf("%s lacks %q:\n%s", where, want, outputs[where])
 		}
 	}
+	if want := "url: https://svc:[REDACTED]@hooks.example.com/events/{topic}\n"; !strings.Contains(outputs["YAML()"], want) {
+		t.Errorf("YAML() lacks %q:\n%s", want, outputs["YAML()"])
+	}
 	if want := "url: postgres://consumer:[REDACTED]@inbox.internal/shop\n"; !strings.Contains(outputs["YAML()"], want) {
 		t.Errorf("YAML() lacks the inbox's redacted DSN %q:\n%s", want, outputs["YAML()"])
 	}
@@ -200,6 +207,10 @@ drivers:
 drivers:
   inbox: {type: postgres, url: "postgres://consumer:inbox-pw-3c4d@inbox:port/shop"}
 `, nil, []string{"drivers.inbox.url"}},
+		{"A bad HTTP endpoint and a short signing secret are not quoted.", `
+drivers:
+  hook: {type: http, url: "https://svc:hook-url-pw-c3d4@h:port/{topic}", signing_secret: hook-sign-01}
+`, nil, []string{"drivers.hook.url", "drivers.hook.signing_secret"}},
 		{"A short admin token is not quoted.", "http: {admin_token: admin-tok-01}\n", nil, []string{"http.admin_token"}},
 		{"A short read token is not quoted.", "http: {read_token: read-tok-01}\n", nil, []string{"http.read_token"}},
 		{"A read token equal to the admin token is not quoted.",

@@ -96,7 +96,9 @@ func (p *Pipeline) classify(batch []store.Message, errs []error, shuttingDown bo
 			fail(m, "attempts_exhausted", fmt.Sprintf("gave up after %d attempts: %v", attempt, err), true)
 			return
 		}
-		o.retries = append(o.retries, store.Retry{ID: m.ID, Delay: backoff(p.cfg.BackoffInitial, p.cfg.BackoffMax, attempt), Err: err.Error()})
+		// A broker that said how long to wait (HTTP Retry-After) is not asked sooner.
+		delay := max(backoff(p.cfg.BackoffInitial, p.cfg.BackoffMax, attempt), router.RetryAfterOf(err))
+		o.retries = append(o.retries, store.Retry{ID: m.ID, Delay: delay, Err: err.Error()})
 	}
 	var stopped map[string]bool // ordered streams: keys stopped at a message that did not go
 	for i, m := range batch {

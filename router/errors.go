@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Kind says what a failed publish costs.
@@ -46,6 +47,9 @@ func (k Kind) String() string {
 type Error struct {
 	Kind Kind
 	Err  error
+	// RetryAfter, when positive, is how long the broker asked us to wait before trying
+	// again (an HTTP Retry-After): a retryable message is not published again sooner.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Kind.String() + ": " + e.Err.Error() }
@@ -56,6 +60,21 @@ func Permanent(err error) error { return &Error{Kind: KindPermanent, Err: err} }
 
 // Retryable classifies err as retryable.
 func Retryable(err error) error { return &Error{Kind: KindRetryable, Err: err} }
+
+// RetryableAfter classifies err as retryable, not to be tried again before wait has
+// passed.
+func RetryableAfter(err error, wait time.Duration) error {
+	return &Error{Kind: KindRetryable, Err: err, RetryAfter: wait}
+}
+
+// RetryAfterOf returns the wait a classified err asked for, or 0.
+func RetryAfterOf(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter
+	}
+	return 0
+}
 
 // Unreachable classifies err as unreachable.
 func Unreachable(err error) error { return &Error{Kind: KindUnreachable, Err: err} }

@@ -9,8 +9,9 @@ import "context"
 type Prober interface {
 	// Probe returns nil when the broker would take a message to dest, a
 	// *NoDestinationError when it is reachable and has nothing for dest, and another
-	// error when it could not be asked. An empty dest asks only whether the broker is
-	// reachable.
+	// error when it could not be asked. An empty dest asks whether the broker is
+	// reachable and, for a driver whose own settings name a destination (a RabbitMQ
+	// exchange), whether that exists.
 	Probe(ctx context.Context, dest string) error
 }
 

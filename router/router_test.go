@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/outboxd/outboxd/router"
 )
@@ -27,6 +28,32 @@ func TestKindOfReadsTheClassificationThroughWrapping(t *testing.T) {
 			t.Parallel()
 			if got := router.KindOf(c.err); got != c.want {
 				t.Fatalf("KindOf(%v) = %s, want %s", c.err, got, c.want)
+			}
+		})
+	}
+}
+
+func TestRetryAfterOfReadsTheHintThroughWrapping(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		err  error
+		want time.Duration
+	}{
+		{"a hinted retryable error wrapped again keeps its hint",
+			fmt.Errorf("publish: %w", router.RetryableAfter(errors.New("429"), 3*time.Second)), 3 * time.Second},
+		{"a retryable error without a hint has none", router.Retryable(errors.New("503")), 0},
+		{"a negative hint is no hint", router.RetryableAfter(errors.New("503"), -time.Second), 0},
+		{"an unclassified error has none", errors.New("odd"), 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if got := router.RetryAfterOf(c.err); got != c.want {
+				t.Fatalf("RetryAfterOf(%v) = %v, want %v", c.err, got, c.want)
+			}
+			if c.want > 0 && router.KindOf(c.err) != router.KindRetryable {
+				t.Fatalf("a hinted error is %s, want retryable", router.KindOf(c.err))
 			}
 		})
 	}

@@ -213,7 +213,7 @@ func TestTheDiscardDriverTypeIsAcceptedAndTakesNoTLS(t *testing.T) {
 	}
 	environ = append(environ, "OUTBOXD_DRIVERS__SINK__TLS__ENABLED=true", "OUTBOXD_DRIVERS__SINK__URL=nats://n:4222")
 	code, _, errOut := outboxd(t, environ, "config", "check")
-	if code != 1 || !strings.Contains(errOut, "drivers.sink.tls.enabled: only valid for types kafka, nats and jetstream") || !strings.Contains(errOut, "drivers.sink.url: only valid") {
+	if code != 1 || !strings.Contains(errOut, "drivers.sink.tls.enabled: only valid for types kafka, nats, jetstream, http, redis and rabbitmq") || !strings.Contains(errOut, "drivers.sink.url: only valid") {
 		t.Fatalf("config check with TLS and a URL on a discard driver: exit %d, %q", code, errOut)
 	}
 }

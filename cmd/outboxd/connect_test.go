@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
@@ -102,6 +104,50 @@ func TestConfigCheckConnectNeverPrintsSecrets(t *testing.T) {
 	}
 }
 
+func TestConfigCheckConnectReportsAMissingRabbitMQExchange(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQURL(t)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pg := testenv.NewPG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exchange := fmt.Sprintf("outboxd-test-check-%d", time.Now().UnixNano())
+	environ := []string{
+		"OUTBOXD_DATABASE_URL=" + pg.DSN, "OUTBOXD_SCHEMA=" + pg.Table.Schema, "OUTBOXD_TABLE=" + pg.Table.Table,
+		"OUTBOXD_DRIVERS__BUS__TYPE=rabbitmq", "OUTBOXD_DRIVERS__BUS__URL=" + url, "OUTBOXD_DRIVERS__BUS__EXCHANGE=" + exchange,
+		"OUTBOXD_STREAMS__ORDERS__DRIVER=bus",
+	}
+	check := func() (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(ctx, env{args: []string{"config", "check", "--connect"}, environ: environ, stdout: &out, stderr: &errOut})
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, errOut := check()
+	want := `driver "bus": exchange "` + exchange + `" does not exist in vhost "/" on ` + config.RedactDSN(url) +
+		": create it, or fix drivers.bus\n"
+	if code != 1 || errOut != want {
+		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s\nwant exit 1 and\n%s", code, errOut, out, want)
+	}
+
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(exchange, "topic", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer ch.ExchangeDelete(exchange, false, false) //nolint:errcheck // best effort; auto-delete besides
+	code, out, errOut = check()
+	if code != 0 || errOut != "" || !strings.Contains(out, `driver "bus": reached `) {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0 and an OK summary", code, out, errOut)
+	}
+}
+
 func TestConfigCheckConnectFindsAMissingInboxAndSaysHowToCreateIt(t *testing.T) {
 	t.Parallel()
 	pg := testenv.NewPG(t)
@@ -120,7 +166,8 @@ func TestConfigCheckConnectFindsAMissingInboxAndSaysHowToCreateIt(t *testing.T) 
 	}
 
 	code, out, errOut := check()
-	want := `driver "inbox" on ` + config.RedactDSN(pg.DSN) + ": inbox table " + inbox.String() + " does not exist: create it with docs/sql/inbox.sql\n"
+	want := `driver "inbox": inbox table ` + inbox.String() + " does not exist: create it with docs/sql/inbox.sql on " +
+		config.RedactDSN(pg.DSN) + ": create it, or fix drivers.inbox\n"
 	if code != 1 || errOut != want {
 		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s\nwant exit 1 and\n%s", code, errOut, out, want)
 	}

@@ -152,6 +152,30 @@ func TestMakeDemoJSONPrintsOnlyTheSummaryOnStdout(t *testing.T) {
 	}
 }
 
+// TestTheDemoCountsEveryMessageAtARedisStream points the demo at the machine's Redis:
+// every committed message arrives in the stream, read back by its message_id field.
+func TestTheDemoCountsEveryMessageAtARedisStream(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RedisAddr(t)
+	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
+	code, out, errOut := outboxd(t, environ, "demo", "--driver", "redis", "--redis-addr", addr,
+		"--messages", "2000", "--producers", "2", "--lose-answer-every", "5", "--timeout", "1m", "--json")
+	if code != 0 {
+		t.Fatalf("demo --driver redis: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	var s demo.Summary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("demo --json printed %q: %v", out, err)
+	}
+	if s.Committed != 1800 || s.Delivered != 1800 || s.Lost != 0 || s.Phantoms != 0 {
+		t.Fatalf("summary: %+v", s)
+	}
+	// A Redis stream keeps every copy: the batches whose answer was lost arrive twice.
+	if s.Duplicates == 0 {
+		t.Errorf("no duplicates counted, though every fifth batch's answer was lost: %+v", s)
+	}
+}
+
 // TestDemoIntoAPostgresInboxLosesNothingAndCountsTheCopiesItsKeyAbsorbed points the demo
 // at a postgres inbox and loses some answers: the dispatcher publishes those batches
 // again, the inbox's primary key keeps one row of each message, and the demo counts

@@ -35,7 +35,7 @@ var errNoResult = errors.New("publisher returned no result for this message")
 
 // Middleware traces every message a router publishes (router.WithMiddleware), each
 // stream's messages and its dead letters: see Wrap. systems maps a driver's name to the
-// messaging.system of its spans (its type: kafka, nats or jetstream).
+// messaging.system of its spans (its type: kafka, nats, jetstream or redis).
 func Middleware(tp trace.TracerProvider, systems map[string]string) router.Middleware {
 	return func(to router.Destination, next router.Sender) router.Sender {
 		return Wrap(next, tp, systems[to.Driver])
@@ -47,7 +47,7 @@ func Middleware(tp trace.TracerProvider, systems map[string]string) router.Middl
 // producer left in the message's traceparent header (a new root when there is none),
 // ended with that message's outcome. The span's context replaces traceparent and
 // tracestate in a copy of the headers that next publishes, so consumers continue the
-// trace from the publish. system is the messaging.system value: kafka, nats or jetstream.
+// trace from the publish. system is the messaging.system value: the driver's type.
 //
 // When tp is nil or a no-op provider (what Setup returns with tracing off), Wrap
 // returns next itself: tracing off costs nothing. Under a router, Wrap sees each driver

@@ -70,8 +70,10 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 		cancel()
 		var missing *router.NoDestinationError
 		switch {
-		case errors.As(err, &missing): // a driver whose one destination is known without a stream's (an inbox table)
-			problem("driver %q on %s: %s", name, where(dc), missing)
+		case errors.As(err, &missing):
+			// Reached, but what the driver's own settings name is not there (a RabbitMQ
+			// exchange).
+			problem("driver %q: %s on %s: create it, or fix drivers.%s", name, missing, where(dc), name)
 			continue
 		case err != nil:
 			problem("driver %q: cannot reach %s: %v: check the address and that the broker is up", name, where(dc), err)

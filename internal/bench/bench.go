@@ -154,6 +154,7 @@ type bench struct {
 	progress *progress
 	nats     *benchNATS
 	kafka    *benchKafka
+	web      *httpSink // the http destination's endpoint, once set up
 	report   benchReport
 	closers  []func() // the destinations' own, in setup order
 	// retainedUpTo is the last id of the --retained rows; phases keep ids up to it.

@@ -37,6 +37,7 @@ func optionsFrom(t *testing.T, args []string, environ ...string) Options {
 	fs.IntVar(&o.Streams, "streams", o.Streams, "")
 	fs.IntVar(&o.BatchSize, "batch", o.BatchSize, "")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "")
+	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "")
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +125,7 @@ func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
 	for _, args := range [][]string{
 		{"--ordered", "--streams", "3", "--batch", "250", "--concurrency", "5"},
 		{"--ack", "delete", "--drivers", "kafka,jetstream", "--flow=false"},
+		{"--drivers", "discard,redis", "--redis-addr", "cache.internal:6380"},
 		{},
 	} {
 		o, err := resolve(optionsFrom(t, args, "OUTBOXD_DATABASE_URL=postgres://u@db:5432/bench"))

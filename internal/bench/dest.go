@@ -65,6 +65,9 @@ var benchDests = []benchDest{
 			return n
 		},
 		arrivals: func(_ context.Context, b *bench) (arrivalCounter, error) { return b.nats.subscribe() }},
+	httpDest,
+	redisDest,
+	rabbitDest,
 	postgresDest,
 }
 

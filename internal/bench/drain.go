@@ -21,6 +21,9 @@ import (
 	kafkadrv "github.com/outboxd/outboxd/router/kafka"
 	natsdrv "github.com/outboxd/outboxd/router/nats"
 	pgdrv "github.com/outboxd/outboxd/router/postgres"
+	rabbitdrv "github.com/outboxd/outboxd/router/rabbitmq"
+	redisdrv "github.com/outboxd/outboxd/router/redis"
+	"github.com/outboxd/outboxd/router/webhook"
 )
 
 // drain fills a fresh backlog, runs `outboxd run` as a child process until every row
@@ -176,6 +179,14 @@ func benchEnviron(parent []string, cfg config.Config) []string {
 			set(prefix+"URL", o.URL)
 		case kafkadrv.Options:
 			set(prefix+"BROKERS", strings.Join(o.Brokers, ","))
+		case webhook.Options:
+			set(prefix+"URL", o.URL)
+			set(prefix+"BATCH", strconv.FormatBool(o.Batch))
+		case redisdrv.Options:
+			set(prefix+"ADDR", o.Addr)
+		case rabbitdrv.Options:
+			set(prefix+"URL", o.URL)
+			set(prefix+"EXCHANGE", o.Exchange)
 		case pgdrv.Options:
 			set(prefix+"URL", o.URL)
 			set(prefix+"TABLE", o.Table)

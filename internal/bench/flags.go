@@ -27,6 +27,8 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL to measure (default $OUTBOXD_DATABASE_URL or postgres://postgres@127.0.0.1:5432/postgres); the bench uses schema "+Schema+" only")
 	fs.StringVar(&o.NATSURL, "nats-url", "", "use this NATS server (JetStream enabled for the jetstream driver) instead of an embedded one")
 	fs.StringVar(&o.KafkaBrokers, "kafka-brokers", "", "use these Kafka brokers (host:port,...) instead of an embedded Kafka-protocol broker")
+	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "the Redis server (host:port) the redis driver publishes to, in database 0, stream "+benchRedisKey+" (deleted before each drain and at the end)")
+	fs.StringVar(&o.RabbitMQURL, "rabbitmq-url", DefaultRabbitMQURL, "RabbitMQ for the rabbitmq driver (not started by the bench); it declares the exchange and durable queue "+benchRabbitQueue+" there and deletes them at the end")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object with every figure instead of the table, and no progress")
 	fs.BoolVar(&o.Quick, "quick", false, "small sizes, for tests and CI (flags given explicitly still win)")
 	fs.StringVar(&o.Binary, "dispatcher-binary", "", "outboxd binary run as the drain's dispatcher process (default: this executable)")

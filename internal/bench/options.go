@@ -32,6 +32,8 @@ type Options struct {
 	DatabaseURL     string        // --database-url ("": $OUTBOXD_DATABASE_URL, then a local default)
 	NATSURL         string        // --nats-url ("": an embedded server)
 	KafkaBrokers    string        // --kafka-brokers, host:port,... ("": an embedded broker)
+	RedisAddr       string        // --redis-addr: the Redis server of the redis driver, host:port
+	RabbitMQURL     string        // --rabbitmq-url ("": DefaultRabbitMQURL)
 	JSON            bool          // --json
 	Quick           bool          // --quick: small sizes where the flag was not given
 	Binary          string        // --dispatcher-binary ("": this executable)
@@ -68,6 +70,7 @@ func DefaultOptions() Options {
 		Messages: 100000, PayloadBytes: 1024, Keys: 1000, Flow: def.Flow, Ack: benchAckUpdate, Streams: 1,
 		BatchSize: def.BatchSize, Concurrency: def.Concurrency, Rate: 1000, LatencyDuration: 10 * time.Second,
 		IdleSamples: 500, Drivers: strings.Join(defaultDrivers(), ","), Timeout: 10 * time.Minute,
+		RedisAddr: DefaultRedisAddr,
 	}
 }
 

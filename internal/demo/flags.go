@@ -16,4 +16,6 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the summary as one JSON object on stdout, and nothing else there")
 	fs.StringVar(&o.Driver, "driver", o.Driver, "the destination to publish to and count at: "+strings.Join(TargetTypes(), ", "))
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting for delivery after this long")
+	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "with --driver redis: the Redis server (host:port); the demo adds to a stream of its own in database 0, "+demoRedisPrefix+"<random>.orders, deleted when it ends")
+	fs.StringVar(&o.RabbitMQURL, "rabbitmq-url", o.RabbitMQURL, "with --driver rabbitmq: the broker to publish to (the demo starts none); it declares the exchange "+demoRabbitExchange+" and a queue of its own there")
 }

@@ -16,6 +16,8 @@ type Options struct {
 	JSON            bool          // --json: the summary as one JSON object, alone on stdout
 	Timeout         time.Duration // --timeout: give up waiting for delivery after this long
 	Driver          string        // --driver: the destination's driver type (target.go)
+	RedisAddr       string        // --redis-addr: the Redis server of --driver redis, host:port
+	RabbitMQURL     string        // --rabbitmq-url: the broker of --driver rabbitmq
 	// DatabaseURL is the PostgreSQL the demo writes to, in its own schema ("": the
 	// configuration's default).
 	DatabaseURL    string
@@ -24,7 +26,9 @@ type Options struct {
 
 // DefaultOptions are the demo's defaults: 100,000 messages from 8 producers.
 func DefaultOptions() Options {
-	return Options{Messages: 100000, Producers: 8, Batch: 50, RollbackEvery: 10, Timeout: 5 * time.Minute, Driver: targets[0].typ}
+	return Options{Messages: 100000, Producers: 8, Batch: 50, RollbackEvery: 10, Timeout: 5 * time.Minute, Driver: targets[0].typ,
+		RedisAddr:   DefaultRedisAddr,
+		RabbitMQURL: DefaultRabbitMQURL}
 }
 
 // OptionError is a mistake in the options, as a command line's usage error.

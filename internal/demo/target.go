@@ -60,6 +60,9 @@ type targetSpec struct {
 // targets are the destinations the demo can be pointed at; the first is the default.
 var targets = []targetSpec{
 	{typ: "jetstream", embedded: true, open: openJetStream},
+	{typ: "http", open: openHTTP},
+	{typ: "redis", open: openRedis},
+	{typ: "rabbitmq", open: openRabbitMQ},
 	{typ: "postgres", open: openPostgres},
 }
 

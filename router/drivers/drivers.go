@@ -14,6 +14,9 @@ import (
 	"github.com/outboxd/outboxd/router/kafka"
 	"github.com/outboxd/outboxd/router/nats"
 	"github.com/outboxd/outboxd/router/postgres"
+	"github.com/outboxd/outboxd/router/rabbitmq"
+	"github.com/outboxd/outboxd/router/redis"
+	"github.com/outboxd/outboxd/router/webhook"
 )
 
 // All returns every registered driver type, in the order they are documented.
@@ -22,7 +25,10 @@ func All() router.Registry {
 		router.Register(kafka.Type, kafka.DefaultOptions, kafka.New),
 		router.Register(nats.Type, nats.DefaultOptions, nats.New),
 		router.Register(jetstream.Type, jetstream.DefaultOptions, jetstream.New),
-		router.Register(discard.Type, discard.DefaultOptions, discard.New),
+		router.Register(webhook.Type, webhook.DefaultOptions, webhook.New),
+		router.Register(redis.Type, redis.DefaultOptions, redis.New),
+		router.Register(rabbitmq.Type, rabbitmq.DefaultOptions, rabbitmq.New),
 		router.Register(postgres.Type, postgres.DefaultOptions, postgres.New),
+		router.Register(discard.Type, discard.DefaultOptions, discard.New),
 	}
 }
