@@ -1,5 +1,5 @@
-// Package demo is outboxd demo, internal to outboxd: an embedded NATS server with
-// JetStream, a dispatcher built by internal/app, concurrent producers committing (and
+// Package demo is outboxd demo, internal to outboxd: a destination (target.go; by
+// default an embedded NATS server with JetStream), a dispatcher built by internal/app, concurrent producers committing (and
 // on purpose rolling back) transactions and a consumer, ending with a summary of what
 // was produced, delivered, duplicated, lost and delivered though rolled back.
 // cmd/outboxd fills Options from its flags and calls Run; its SQL is store's.

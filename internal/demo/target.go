@@ -50,6 +50,9 @@ type targetSpec struct {
 	// embedded says the target runs on the embedded brokers, which a build with the
 	// noembed tag lacks: the demo then refuses before touching anything.
 	embedded bool
+	// title names the destination in the summary's heading; confirmed says what the
+	// driver's confirmation is, in the latency line.
+	title, confirmed string
 	// open starts (an embedded server, an in-process sink) or connects to the
 	// destination, and prepares what its messages go to (a stream, a queue, a table).
 	// A destination that cannot be reached fails here, naming the flag that points
@@ -59,11 +62,11 @@ type targetSpec struct {
 
 // targets are the destinations the demo can be pointed at; the first is the default.
 var targets = []targetSpec{
-	{typ: "jetstream", embedded: true, open: openJetStream},
-	{typ: "http", open: openHTTP},
-	{typ: "redis", open: openRedis},
-	{typ: "rabbitmq", open: openRabbitMQ},
-	{typ: "postgres", open: openPostgres},
+	{typ: "jetstream", embedded: true, open: openJetStream, title: "embedded NATS JetStream", confirmed: "JetStream PubAck"},
+	{typ: "http", open: openHTTP, title: "HTTP endpoint in this process", confirmed: "the endpoint answered 2xx"},
+	{typ: "redis", open: openRedis, title: "Redis stream", confirmed: "XADD replied with the entry id"},
+	{typ: "rabbitmq", open: openRabbitMQ, title: "RabbitMQ exchange and queue", confirmed: "publisher confirm"},
+	{typ: "postgres", open: openPostgres, title: "PostgreSQL inbox table", confirmed: "the inbox insert committed"},
 }
 
 // TargetTypes lists the driver types --driver accepts, the default first.
