@@ -38,6 +38,7 @@ func optionsFrom(t *testing.T, args []string, environ ...string) Options {
 	fs.IntVar(&o.BatchSize, "batch", o.BatchSize, "")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "")
 	fs.StringVar(&o.RedisAddr, "redis-addr", o.RedisAddr, "")
+	fs.StringVar(&o.RabbitMQURL, "rabbitmq-url", o.RabbitMQURL, "")
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +127,7 @@ func TestTheDrainsDispatcherRunsWithTheBenchsConfiguration(t *testing.T) {
 		{"--ordered", "--streams", "3", "--batch", "250", "--concurrency", "5"},
 		{"--ack", "delete", "--drivers", "kafka,jetstream", "--flow=false"},
 		{"--drivers", "discard,redis", "--redis-addr", "cache.internal:6380"},
+		{"--drivers", "rabbitmq,http,postgres", "--rabbitmq-url", "amqp://bench:secret@mq.internal:5672/"},
 		{},
 	} {
 		o, err := resolve(optionsFrom(t, args, "OUTBOXD_DATABASE_URL=postgres://u@db:5432/bench"))

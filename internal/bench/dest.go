@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/discard"
@@ -34,6 +35,10 @@ type benchDest struct {
 	// called when the run ends (nil: nothing to close). A destination that cannot be
 	// reached fails here, naming the flag that points elsewhere.
 	setup func(ctx context.Context, b *bench) (addr, describe string, closer func(), err error)
+	// environ returns the driver's options the drain's dispatcher process needs, as
+	// the keys of its drivers.<name> section (BROKERS, URL, ...) and their values: the
+	// child is configured through OUTBOXD_ variables (benchEnviron).
+	environ func(o router.Options) map[string]string
 	// arrivals prepares the count of one drain before its dispatcher starts (a queue
 	// emptied, a high-water mark read); its count runs once the dispatcher has stopped.
 	arrivals func(ctx context.Context, b *bench) (arrivalCounter, error)
@@ -43,6 +48,7 @@ type benchDest struct {
 var benchDests = []benchDest{
 	{typ: discard.Type, byDefault: true,
 		options:  func(benchOptions) router.Options { return discard.DefaultOptions() },
+		environ:  func(router.Options) map[string]string { return nil },
 		arrivals: func(context.Context, *bench) (arrivalCounter, error) { return discardCounter{}, nil }},
 	{typ: jsdrv.Type, byDefault: true,
 		options: func(o benchOptions) router.Options {
@@ -50,12 +56,16 @@ var benchDests = []benchDest{
 			j.URL = o.natsURL
 			return j
 		},
+		environ:  func(o router.Options) map[string]string { return map[string]string{"URL": o.(jsdrv.Options).URL} },
 		arrivals: func(ctx context.Context, b *bench) (arrivalCounter, error) { return b.nats.purge(ctx) }},
 	{typ: kafkadrv.Type, byDefault: true,
 		options: func(o benchOptions) router.Options {
 			k := kafkadrv.DefaultOptions()
 			k.Brokers = o.kafkaBrokers
 			return k
+		},
+		environ: func(o router.Options) map[string]string {
+			return map[string]string{"BROKERS": strings.Join(o.(kafkadrv.Options).Brokers, ",")}
 		},
 		arrivals: func(ctx context.Context, b *bench) (arrivalCounter, error) { return b.kafka.mark(ctx) }},
 	{typ: natsdrv.Type, byDefault: true,
@@ -64,6 +74,7 @@ var benchDests = []benchDest{
 			n.URL = o.natsURL
 			return n
 		},
+		environ:  func(o router.Options) map[string]string { return map[string]string{"URL": o.(natsdrv.Options).URL} },
 		arrivals: func(_ context.Context, b *bench) (arrivalCounter, error) { return b.nats.subscribe() }},
 	httpDest,
 	redisDest,

@@ -17,6 +17,10 @@ import (
 var benchInbox = table.Name{Schema: Schema, Table: "inbox"}
 
 var postgresDest = benchDest{typ: pgdrv.Type, byDefault: true,
+	environ: func(o router.Options) map[string]string {
+		p := o.(pgdrv.Options)
+		return map[string]string{"URL": p.URL, "TABLE": p.Table}
+	},
 	options: func(o benchOptions) router.Options {
 		p := pgdrv.DefaultOptions()
 		p.URL, p.Table = o.dsn, benchInbox.String()

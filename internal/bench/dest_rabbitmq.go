@@ -28,6 +28,10 @@ const (
 
 var rabbitDest = benchDest{
 	typ: rabbitdrv.Type,
+	environ: func(o router.Options) map[string]string {
+		r := o.(rabbitdrv.Options)
+		return map[string]string{"URL": r.URL, "EXCHANGE": r.Exchange}
+	},
 	options: func(o benchOptions) router.Options {
 		r := rabbitdrv.DefaultOptions()
 		r.URL, r.Exchange = rabbitURL(o), benchRabbitExchange

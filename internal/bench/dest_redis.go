@@ -22,7 +22,8 @@ const benchRedisKey = benchPrefix + benchTopic
 // redisDest is a Redis server the bench cannot start: it is measured only when
 // --drivers names it.
 var redisDest = benchDest{
-	typ: redisdrv.Type,
+	typ:     redisdrv.Type,
+	environ: func(o router.Options) map[string]string { return map[string]string{"ADDR": o.(redisdrv.Options).Addr} },
 	options: func(o benchOptions) router.Options {
 		r := redisdrv.DefaultOptions()
 		r.Addr = o.raw.RedisAddr

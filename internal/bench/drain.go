@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -17,13 +18,6 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/router/discard"
-	jsdrv "github.com/outboxd/outboxd/router/jetstream"
-	kafkadrv "github.com/outboxd/outboxd/router/kafka"
-	natsdrv "github.com/outboxd/outboxd/router/nats"
-	pgdrv "github.com/outboxd/outboxd/router/postgres"
-	rabbitdrv "github.com/outboxd/outboxd/router/rabbitmq"
-	redisdrv "github.com/outboxd/outboxd/router/redis"
-	"github.com/outboxd/outboxd/router/webhook"
 )
 
 // drain fills a fresh backlog, runs `outboxd run` as a child process until every row
@@ -172,24 +166,11 @@ func benchEnviron(parent []string, cfg config.Config) []string {
 	for name, d := range cfg.Drivers {
 		prefix := "DRIVERS__" + strings.ToUpper(name) + "__"
 		set(prefix+"TYPE", d.Type)
-		switch o := d.Options.(type) {
-		case natsdrv.Options:
-			set(prefix+"URL", o.URL)
-		case jsdrv.Options:
-			set(prefix+"URL", o.URL)
-		case kafkadrv.Options:
-			set(prefix+"BROKERS", strings.Join(o.Brokers, ","))
-		case webhook.Options:
-			set(prefix+"URL", o.URL)
-			set(prefix+"BATCH", strconv.FormatBool(o.Batch))
-		case redisdrv.Options:
-			set(prefix+"ADDR", o.Addr)
-		case rabbitdrv.Options:
-			set(prefix+"URL", o.URL)
-			set(prefix+"EXCHANGE", o.Exchange)
-		case pgdrv.Options:
-			set(prefix+"URL", o.URL)
-			set(prefix+"TABLE", o.Table)
+		if dest, err := destOf(d.Type); err == nil {
+			opts := dest.environ(d.Options)
+			for _, key := range slices.Sorted(maps.Keys(opts)) {
+				set(prefix+key, opts[key])
+			}
 		}
 	}
 	for name, s := range cfg.Streams {
