@@ -19,12 +19,10 @@ package kafka
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -217,30 +215,7 @@ func tlsClient(c driveropt.TLS) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
-	tc := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// Documented as for tests only; config reports it when set without tls.enabled.
-		InsecureSkipVerify: c.InsecureSkipVerify, //nolint:gosec // the operator's explicit choice
-	}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file: %s holds no PEM certificate", c.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if c.CertFile != "" || c.KeyFile != "" {
-		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file and tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-	}
-	return tc, nil
+	return c.Client()
 }
 
 func saslMechanism(c SASL) (sasl.Mechanism, error) {

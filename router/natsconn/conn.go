@@ -17,12 +17,10 @@ package natsconn
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -151,32 +149,7 @@ func checkCreds(creds nats.Option) error {
 }
 
 // tlsConfig builds the TLS client configuration, reading every file now.
-func tlsConfig(t driveropt.TLS) (*tls.Config, error) {
-	tc := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// The operator's explicit choice (tls.insecure_skip_verify), for test setups.
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // opt-in setting, off by default
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file %s: no PEM certificate found", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file/tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
-}
+func tlsConfig(t driveropt.TLS) (*tls.Config, error) { return t.Client() }
 
 // events logs connection events. A failed attempt is logged only when its error differs
 // from the previous one: attempts repeat every reconnectWait for as long as the server

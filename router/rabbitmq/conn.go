@@ -3,11 +3,9 @@ package rabbitmq
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,33 +60,10 @@ func newDialer(name string, o Options) (*dialer, error) {
 // tlsConfig builds the TLS client configuration, reading every file now. Without
 // tls.enabled an amqps URL verifies the server against the system's roots.
 func tlsConfig(t driveropt.TLS) (*tls.Config, error) {
-	tc := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// The operator's explicit choice (tls.insecure_skip_verify), for test setups.
-		InsecureSkipVerify: t.Enabled && t.InsecureSkipVerify, //nolint:gosec // opt-in setting, off by default
-	}
 	if !t.Enabled {
-		return tc, nil
+		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
 	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file %s: no PEM certificate found", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file/tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
+	return t.Client()
 }
 
 // dial opens a connection, TCP, TLS and AMQP handshakes bounded by ctx: its deadline

@@ -42,12 +42,10 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -404,30 +402,10 @@ func tlsClient(c driveropt.TLS, addr string) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
-	host, _, _ := net.SplitHostPort(addr)
-	tc := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		ServerName: host,
-		// Documented as for tests only; config reports it when set without tls.enabled.
-		InsecureSkipVerify: c.InsecureSkipVerify, //nolint:gosec // the operator's explicit choice
+	tc, err := c.Client()
+	if err != nil {
+		return nil, err
 	}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file: %s holds no PEM certificate", c.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if c.CertFile != "" || c.KeyFile != "" {
-		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file and tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-	}
+	tc.ServerName, _, _ = net.SplitHostPort(addr)
 	return tc, nil
 }
