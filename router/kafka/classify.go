@@ -2,16 +2,12 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // classify gives a kafka-go or network error its router kind, keeping its text and
@@ -85,28 +81,7 @@ func codeKind(code kafka.Error) router.Kind {
 // lostConnection reports an error that means we did not get to talk Kafka to the
 // broker: it could not be dialled, resolved or TLS-verified, or the connection we had
 // was closed under us.
-func lostConnection(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	var unknownAuthority x509.UnknownAuthorityError
-	var badHost x509.HostnameError
-	var verify *tls.CertificateVerificationError
-	var record tls.RecordHeaderError
-	switch {
-	case errors.As(err, &dns), errors.As(err, &unknownAuthority), errors.As(err, &badHost),
-		errors.As(err, &verify), errors.As(err, &record):
-		return true
-	}
-	return errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed)
-}
+func lostConnection(err error) bool { return driveropt.LostConnection(err) }
 
 // spread turns WriteMessages' answer for messages bound for topics into one
 // classified error per message, each naming its topic. A kafka.WriteErrors answers

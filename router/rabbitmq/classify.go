@@ -2,17 +2,14 @@ package rabbitmq
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"syscall"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 var (
@@ -146,24 +143,6 @@ func hardCode(code int) bool {
 // broker: it could not be dialled, resolved or TLS-verified, or the connection was
 // closed under us.
 func lostConnection(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return true
-	}
-	var dns *net.DNSError
-	var unknownAuthority x509.UnknownAuthorityError
-	var badHost x509.HostnameError
-	var verify *tls.CertificateVerificationError
-	var record tls.RecordHeaderError
-	switch {
-	case errors.As(err, &dns), errors.As(err, &unknownAuthority), errors.As(err, &badHost),
-		errors.As(err, &verify), errors.As(err, &record):
-		return true
-	}
-	return errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed)
+	var op *net.OpError // any socket operation: AMQP's own reads and writes fail with one too
+	return errors.As(err, &op) || driveropt.LostConnection(err)
 }

@@ -2,17 +2,13 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/driveropt"
 )
 
 // classify gives a go-redis, reply or network error its router kind, keeping its text
@@ -128,25 +124,4 @@ func isReply(err error) bool {
 // lostConnection reports an error that means we did not get to talk to the server: it
 // could not be dialled, resolved or TLS-verified, or the connection was closed under us
 // before a reply came.
-func lostConnection(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	var unknownAuthority x509.UnknownAuthorityError
-	var badHost x509.HostnameError
-	var verify *tls.CertificateVerificationError
-	var record tls.RecordHeaderError
-	switch {
-	case errors.As(err, &dns), errors.As(err, &unknownAuthority), errors.As(err, &badHost),
-		errors.As(err, &verify), errors.As(err, &record):
-		return true
-	}
-	return errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed)
-}
+func lostConnection(err error) bool { return driveropt.LostConnection(err) }
