@@ -9,10 +9,9 @@ import (
 	"syscall"
 )
 
-// LostConnection reports an error that means a driver did not get to talk to its server:
-// it could not be dialled, resolved or TLS-verified, or the connection it had was closed
-// under it before an answer came. Drivers classify such an error as unreachable.
-func LostConnection(err error) bool {
+// NeverConnected reports an error that means no connection was made: the address was
+// refused or did not resolve, the dial failed, or the TLS handshake did. Nothing was sent.
+func NeverConnected(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
@@ -27,7 +26,15 @@ func LostConnection(err error) bool {
 		errors.As(err, &verify), errors.As(err, &record):
 		return true
 	}
-	return errors.Is(err, syscall.ECONNREFUSED) ||
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// LostConnection reports an error that means a driver did not get to talk to its server:
+// it never connected (NeverConnected), or the connection it had was reset or closed under
+// it before an answer came. Drivers whose protocol sends nothing the server acts on before
+// its answer classify such an error as unreachable.
+func LostConnection(err error) bool {
+	return NeverConnected(err) ||
 		errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.EOF) ||

@@ -2,15 +2,11 @@ package webhook
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -147,23 +143,7 @@ func refusedBatch(err error) bool {
 
 // neverConnected reports an error that means no connection was made: the address was
 // refused or did not resolve, or the TLS handshake failed.
-func neverConnected(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	var unknownAuthority x509.UnknownAuthorityError
-	var badHost x509.HostnameError
-	var verify *tls.CertificateVerificationError
-	var record tls.RecordHeaderError
-	switch {
-	case errors.As(err, &dns), errors.As(err, &unknownAuthority), errors.As(err, &badHost),
-		errors.As(err, &verify), errors.As(err, &record):
-		return true
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
+func neverConnected(err error) bool { return driveropt.NeverConnected(err) }
 
 // parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP date, as the wait
 // from now, at most maxRetryAfter; ok is false for a value that is neither.
