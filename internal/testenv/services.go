@@ -2,8 +2,8 @@ package testenv
 
 import (
 	"net"
+	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -45,19 +45,12 @@ func envOr(key, def string) string {
 	return def
 }
 
-// hostOf returns the host:port of an amqp:// URL, or the URL itself.
-func hostOf(url string) string {
-	rest := url
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
+// hostOf returns the host:port of an amqp:// URL, or the text itself when it is none.
+func hostOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
 	}
-	if i := strings.Index(rest, "@"); i >= 0 {
-		rest = rest[i+1:]
-	}
-	if i := strings.Index(rest, "/"); i >= 0 {
-		rest = rest[:i]
-	}
-	return rest
+	return raw
 }
 
 // requireListening skips t (or fails it under OUTBOXD_REQUIRE_SERVICES=1) unless a TCP
