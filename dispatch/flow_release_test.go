@@ -145,7 +145,10 @@ func TestTheFlowLockIsReleasedWhenAClaimFailsAndAStalledClaimHasADeadline(t *tes
 	_, err = tx.Exec(r.f.ctx, `LOCK TABLE `+r.f.pg.Table.Qualified()+` IN ACCESS EXCLUSIVE MODE`)
 	must(t, err)
 	r.awaitReleased(t, 10*time.Second, "once a claim failed")
-	r.rec.await(t, 10*time.Second, "a failed claim reported", func(e events.Event) bool {
+	// The batches in flight may be stuck writing back first (their lease, then a last try
+	// of lastWriteTimeout, 10 s): the flow is parked meanwhile (above), and the next claim,
+	// once a slot is free, fails at its deadline.
+	r.rec.await(t, 20*time.Second, "a failed claim reported", func(e events.Event) bool {
 		_, ok := e.(events.ClaimFailed)
 		return ok
 	})
