@@ -59,7 +59,32 @@ type Config struct {
 	Janitor     Janitor           `yaml:"janitor"`
 	HTTP        HTTP              `yaml:"http"`
 	Tracing     Tracing           `yaml:"tracing"`
+	// Outboxes lists the outbox tables this replica serves when it serves more than
+	// one (file only); empty, the top-level database_url, schema, table and streams are
+	// the one outbox, named DefaultOutbox. See Served.
+	Outboxes []Outbox `yaml:"outboxes"`
 }
+
+// Outbox is one outbox table a replica serves, with its own database, streams and,
+// optionally, janitor settings. The keys of database and janitor that an entry leaves
+// out are taken from the top-level sections, except connection URLs (redact:"dsn"),
+// which belong to one database.
+type Outbox struct {
+	// Name labels the outbox's metrics, logs, spans and admin answers.
+	Name        string            `yaml:"name"`
+	DatabaseURL string            `yaml:"database_url" redact:"dsn"`
+	Database    Database          `yaml:"database"`
+	Schema      string            `yaml:"schema"`
+	TableName   string            `yaml:"table"`
+	Streams     map[string]Stream `yaml:"streams"`
+	Janitor     Janitor           `yaml:"janitor"`
+}
+
+// DefaultOutbox names the one outbox of a configuration without an outboxes list.
+const DefaultOutbox = "default"
+
+// Table names the outbox's table.
+func (o Outbox) Table() table.Name { return table.Name{Schema: o.Schema, Table: o.TableName} }
 
 // Database configures how outboxd run reaches PostgreSQL (database_url says where) and
 // how quickly a dead peer is noticed on its connections, on both ends. A replica holds
@@ -183,6 +208,13 @@ func Default() Config {
 		HTTP:    HTTP{Addr: "127.0.0.1:9600"},
 		Tracing: Tracing{SampleRatio: 1, ServiceName: "outboxd"},
 	}
+}
+
+// defaultOutbox is the starting value of an entry of outboxes: the documented defaults
+// of its schema, table, database and janitor, and no database_url.
+func defaultOutbox() Outbox {
+	d := Default()
+	return Outbox{Schema: d.Schema, TableName: d.TableName, Database: d.Database, Janitor: d.Janitor}
 }
 
 // DefaultStream returns a stream with every documented default and no driver.

@@ -154,6 +154,22 @@ func (d *decoder) value(path string, v reflect.Value, n *yaml.Node) {
 			return
 		}
 		d.mapping(path, v, n)
+	case kindEntries:
+		if n.Kind != yaml.SequenceNode {
+			d.ps.add(path, "want a list of mappings, got %s (line %d)", describe(n), n.Line)
+			return
+		}
+		if len(n.Content) == 0 {
+			v.SetZero() // as if left out
+			break
+		}
+		list := reflect.MakeSlice(v.Type(), 0, len(n.Content))
+		for i, item := range n.Content {
+			elem := newEntry(v.Type().Elem())
+			d.value(entryPath(path, i), elem, item)
+			list = reflect.Append(list, elem)
+		}
+		v.Set(list)
 	case kindList:
 		if n.Kind != yaml.SequenceNode {
 			d.ps.add(path, "want a list, got %s (line %d)", describe(n), n.Line)

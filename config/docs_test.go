@@ -49,6 +49,11 @@ func docDefault(k keyInfo) string {
 	switch {
 	case k.path == "replica_id":
 		return "hostname-pid"
+	case strings.HasPrefix(k.path, "outboxes"+entryIndex+"."):
+		if k.kind == kindStruct || k.kind == kindMap { // as the top-level section
+			return "—"
+		}
+		root, rel = reflect.ValueOf(defaultOutbox()), strings.TrimPrefix(k.path, "outboxes"+entryIndex+".")
 	case strings.HasPrefix(k.path, "streams.<name>."):
 		root, rel = reflect.ValueOf(DefaultStream()), strings.TrimPrefix(k.path, "streams.<name>.")
 	case strings.HasPrefix(k.path, "drivers.<name>."):

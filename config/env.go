@@ -58,6 +58,13 @@ func (d *decoder) envSet(v reflect.Value, rest, path, name, raw string) bool {
 			}
 			continue
 		}
+		if f.kind == kindEntries {
+			if rest == f.env || strings.HasPrefix(rest, f.env+"__") {
+				d.ps.add(name, "%s is set in the configuration file only: a list has no environment names", f.name)
+				return true
+			}
+			continue
+		}
 		if f.kind == kindStruct || f.kind == kindMap {
 			if tail, ok := strings.CutPrefix(rest, f.env+"__"); ok && d.envSet(fv, tail, p, name, raw) {
 				return true
@@ -181,7 +188,7 @@ func (d *decoder) envNames(v reflect.Value) []string {
 		names = append(names, envFor(path))
 	})
 	for _, k := range knownKeys(d.registry) {
-		if !strings.Contains(k.path, "<name>") {
+		if !strings.Contains(k.path, "<name>") || k.env == fileOnly {
 			continue
 		}
 		names = append(names, k.env)

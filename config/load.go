@@ -32,6 +32,7 @@ func Load(path string, environ []string, drivers router.Registry) (*Config, erro
 	}
 	d.env(&cfg, environ)
 	d.resolveDrivers(&cfg)
+	d.inheritOutboxes(&cfg)
 
 	failed := map[string]bool{}
 	for _, p := range d.ps.list {

@@ -19,8 +19,18 @@ func (c Config) YAML() []byte {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
+	root := toNode(reflect.ValueOf(c.Redacted()))
+	if len(c.Outboxes) > 0 { // each entry names its own; the file may not set them twice
+		var kept []*yaml.Node
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if k := root.Content[i].Value; !slices.Contains(topLevelOnly, k) && k != "streams" {
+				kept = append(kept, root.Content[i], root.Content[i+1])
+			}
+		}
+		root.Content = kept
+	}
 	// Encoding a tree of plain nodes cannot fail.
-	_ = enc.Encode(toNode(reflect.ValueOf(c.Redacted())))
+	_ = enc.Encode(root)
 	_ = enc.Close()
 	return b.Bytes()
 }
@@ -64,6 +74,15 @@ func toNode(v reflect.Value) *yaml.Node {
 		}
 		for _, k := range sortedKeys(v) {
 			n.Content = append(n.Content, scalarNode("!!str", k.String()), toNode(v.MapIndex(k)))
+		}
+		return n
+	case kindEntries:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if v.Len() == 0 {
+			n.Style = yaml.FlowStyle
+		}
+		for i := range v.Len() {
+			n.Content = append(n.Content, toNode(v.Index(i)))
 		}
 		return n
 	case kindList:
@@ -116,6 +135,12 @@ func toLogValue(v reflect.Value) slog.Value {
 		var attrs []slog.Attr
 		for _, k := range sortedKeys(v) {
 			attrs = append(attrs, slog.Attr{Key: k.String(), Value: toLogValue(v.MapIndex(k))})
+		}
+		return slog.GroupValue(attrs...)
+	case kindEntries:
+		attrs := make([]slog.Attr, v.Len())
+		for i := range v.Len() {
+			attrs[i] = slog.Attr{Key: strconv.Itoa(i), Value: toLogValue(v.Index(i))}
 		}
 		return slog.GroupValue(attrs...)
 	case kindList:

@@ -42,6 +42,16 @@ func redactValue(v reflect.Value, how string) {
 		if !v.IsNil() {
 			v.Set(reflect.ValueOf(slices.Clone(v.Interface().([]string))))
 		}
+	case kindEntries:
+		if v.IsNil() {
+			return
+		}
+		list := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			list.Index(i).Set(v.Index(i))
+			redactValue(list.Index(i), "")
+		}
+		v.Set(list)
 	case kindStruct:
 		for _, f := range fieldsOf(v.Type()) {
 			redactValue(v.FieldByIndex(f.index), f.redact)

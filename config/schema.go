@@ -3,6 +3,7 @@ package config
 import (
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,18 +30,21 @@ const (
 	// kindOptions is Driver.Options: a driver type's options struct, whose keys sit
 	// inline in the driver's section.
 	kindOptions
+	// kindEntries is a list of sections (outboxes): file only, each entry's keys
+	// under <key>[<n>].
+	kindEntries
 )
 
 // String names the kind as docs/configuration.md does in its Type column.
 func (k kind) String() string {
-	return [...]string{"string", "secret", "int", "bool", "float", "duration", "list", "section", "map", "options"}[k]
+	return [...]string{"string", "secret", "int", "bool", "float", "duration", "list", "section", "map", "options", "entries"}[k]
 }
 
 // want describes a value of this kind for a type error.
 func (k kind) want() string {
 	return [...]string{"a string", "a string", "an integer", "true or false", "a number",
 		"a duration such as 500ms or 30s", "a list", "a mapping of settings", "a mapping of names to settings",
-		"a mapping of settings"}[k]
+		"a mapping of settings", "a list of mappings of settings"}[k]
 }
 
 var (
@@ -50,6 +54,7 @@ var (
 	driverType   = reflect.TypeFor[Driver]()
 	optionsType  = reflect.TypeFor[router.Options]()
 	configType   = reflect.TypeFor[Config]()
+	outboxType   = reflect.TypeFor[Outbox]()
 )
 
 func kindOf(t reflect.Type) kind {
@@ -73,6 +78,9 @@ func kindOf(t reflect.Type) kind {
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.String {
 			return kindList
+		}
+		if t.Elem().Kind() == reflect.Struct {
+			return kindEntries
 		}
 	case reflect.Struct:
 		return kindStruct
@@ -152,8 +160,11 @@ func onlyText(only []string) string {
 // newEntry is the starting value of a map entry the file or environment creates.
 func newEntry(t reflect.Type) reflect.Value {
 	v := reflect.New(t).Elem()
-	if t == streamType {
+	switch t {
+	case streamType:
 		v.Set(reflect.ValueOf(DefaultStream()))
+	case outboxType:
+		v.Set(reflect.ValueOf(defaultOutbox()))
 	}
 	return v
 }
@@ -171,8 +182,21 @@ func join(path, key string) string {
 
 const envPrefix = "OUTBOXD_"
 
-// envFor turns a dotted key path into its environment variable.
+// entryIndex is how a path names the entries of a list of sections, in knownKeys.
+const entryIndex = "[<n>]"
+
+// fileOnly is the variable column of a key that no environment variable sets.
+const fileOnly = "—"
+
+// entryPath names the entry i of the list of sections at path.
+func entryPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// envFor turns a dotted key path into its environment variable; keys inside a list of
+// sections have none.
 func envFor(path string) string {
+	if strings.Contains(path, "[") {
+		return fileOnly
+	}
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "__"))
 }
 
@@ -193,11 +217,22 @@ func knownKeys(reg router.Registry) []keyInfo {
 	walk = func(t reflect.Type, path, typ string) {
 		for _, f := range fieldsOf(t) {
 			p := join(path, f.name)
+			// An entry's sections are those of the top level (database, streams,
+			// janitor): one key each, documented once, where they are.
+			inEntry := strings.Contains(path, entryIndex) && (f.kind == kindStruct || f.kind == kindMap)
+			switch {
+			case inEntry:
+				at[p] = len(keys)
+				keys = append(keys, keyInfo{path: p, env: envFor(p), kind: f.kind})
+				continue
+			}
 			switch f.kind {
 			case kindStruct:
 				walk(f.typ, p, typ)
 			case kindMap:
 				walk(f.typ.Elem(), p+".<name>", typ)
+			case kindEntries:
+				walk(f.typ.Elem(), p+entryIndex, typ)
 			case kindOptions:
 				for _, r := range reg {
 					walk(reflect.TypeOf(r.Options()), path, r.Type)
@@ -252,6 +287,10 @@ func eachLeaf(v reflect.Value, path string, fn func(path string, v reflect.Value
 			slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
 			for _, k := range keys {
 				eachLeaf(fv.MapIndex(k), join(p, k.String()), fn)
+			}
+		case kindEntries:
+			for i := range fv.Len() {
+				eachLeaf(fv.Index(i), entryPath(p, i), fn)
 			}
 		default:
 			fn(p, fv, f)

@@ -29,10 +29,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	v.replicaID("replica_id", c.ReplicaID)
-	if c.Database.ConnectTimeout < 0 {
-		v.Add("database.connect_timeout", "must not be negative (0 waits for the database forever), got %s",
-			formatDuration(c.Database.ConnectTimeout))
-	}
 	v.database("database", c.Database)
 	v.OneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.OneOf("log.format", c.Log.Format, "json", "text")
@@ -43,6 +39,12 @@ func (c *Config) Validate() error {
 		v.stream(join("streams", name), name, c.Streams[name], c.Drivers, c.Streams)
 	}
 	v.janitor("janitor", c.Janitor)
+	if len(c.Outboxes) > 0 {
+		if len(c.Streams) > 0 {
+			v.Add("streams", "set together with outboxes: with outboxes, each entry lists its own streams (outboxes[<n>].streams)")
+		}
+		v.outboxes(c)
+	}
 	v.http("http", c.HTTP)
 	v.tracing("tracing", c.Tracing)
 	return v.err()
@@ -51,11 +53,15 @@ func (c *Config) Validate() error {
 // RequireStreams reports a problem when no stream is configured; outboxd run has
 // nothing to do without one.
 func (c *Config) RequireStreams() error {
-	if len(c.Streams) > 0 {
-		return nil
-	}
 	v := &checker{}
-	v.Add("streams", "no streams configured; outboxd run needs at least one")
+	if len(c.Outboxes) == 0 && len(c.Streams) == 0 {
+		v.Add("streams", "no streams configured; outboxd run needs at least one")
+	}
+	for i, o := range c.Outboxes {
+		if len(o.Streams) == 0 {
+			v.Add(entryPath("outboxes", i)+".streams", "no streams configured for outbox %s; each outbox needs at least one", quoteShort(o.Name))
+		}
+	}
 	return v.err()
 }
 
@@ -193,6 +199,10 @@ func (v *checker) janitor(key string, j Janitor) {
 
 func (v *checker) database(key string, d Database) {
 	k := func(f string) string { return key + "." + f }
+	if d.ConnectTimeout < 0 {
+		v.Add(k("connect_timeout"), "must not be negative (0 waits for the database forever), got %s",
+			formatDuration(d.ConnectTimeout))
+	}
 	// The server takes the keepalive settings in whole seconds and tcp_user_timeout in
 	// milliseconds; a value it would round is refused rather than changed silently.
 	seconds := func(key string, d time.Duration) {
