@@ -19,7 +19,10 @@ import (
 
 // Attributes outboxd adds to the messaging semantic conventions.
 const (
-	AttrStream   = attribute.Key("outboxd.stream")
+	AttrStream = attribute.Key("outboxd.stream")
+	// AttrOutbox names the outbox (outboxes[<n>].name) the message came from; only set
+	// when the replica serves an outboxes list.
+	AttrOutbox   = attribute.Key("outboxd.outbox")
 	AttrAttempts = attribute.Key("outboxd.attempts") // attempts spent before this publish
 	// AttrWaitMS is the time from the row's created_at (database clock) to the start of
 	// this publish (this host's clock), in milliseconds; never negative.
@@ -37,8 +40,18 @@ var errNoResult = errors.New("publisher returned no result for this message")
 // stream's messages and its dead letters: see Wrap. systems maps a driver's name to the
 // messaging.system of its spans (its type: kafka, nats, jetstream or redis).
 func Middleware(tp trace.TracerProvider, systems map[string]string) router.Middleware {
+	return OutboxMiddleware(tp, systems, "")
+}
+
+// OutboxMiddleware is Middleware for the router of one outbox of several: its spans
+// also carry AttrOutbox (none when outbox is "").
+func OutboxMiddleware(tp trace.TracerProvider, systems map[string]string, outbox string) router.Middleware {
 	return func(to router.Destination, next router.Sender) router.Sender {
-		return Wrap(next, tp, systems[to.Driver])
+		var extra []attribute.KeyValue
+		if outbox != "" {
+			extra = append(extra, AttrOutbox.String(outbox))
+		}
+		return wrap(next, tp, systems[to.Driver], extra)
 	}
 }
 
@@ -53,6 +66,11 @@ func Middleware(tp trace.TracerProvider, systems map[string]string) router.Middl
 // returns next itself: tracing off costs nothing. Under a router, Wrap sees each driver
 // call of an ordered publish, whose key order is the router's to keep.
 func Wrap(next router.Sender, tp trace.TracerProvider, system string) router.Sender {
+	return wrap(next, tp, system, nil)
+}
+
+// wrap is Wrap with extra attributes on every span.
+func wrap(next router.Sender, tp trace.TracerProvider, system string, extra []attribute.KeyValue) router.Sender {
 	if tp == nil {
 		return next
 	}
@@ -63,6 +81,7 @@ func Wrap(next router.Sender, tp trace.TracerProvider, system string) router.Sen
 		next:   next,
 		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		system: semconv.MessagingSystemKey.String(system),
+		extra:  extra,
 	}
 	return p.publish
 }
@@ -71,6 +90,7 @@ type publisher struct {
 	next   router.Sender
 	tracer trace.Tracer
 	system attribute.KeyValue
+	extra  []attribute.KeyValue
 	prop   propagation.TraceContext
 }
 
@@ -114,6 +134,7 @@ func (p *publisher) publish(ctx context.Context, msgs []router.Message) []error 
 				AttrStream.String(m.Stream),
 				AttrAttempts.Int(m.Attempts),
 			)
+			attrs = append(attrs, p.extra...)
 			if !m.CreatedAt.IsZero() {
 				attrs = append(attrs, AttrWaitMS.Int64(max(start.Sub(m.CreatedAt).Milliseconds(), 0)))
 			}
