@@ -36,9 +36,15 @@ type Store interface {
 
 var _ Store = (*store.Store)(nil)
 
-// Options configures the handler. Store is required; everything else may be zero.
+// Options configures the handler. Store, or Outboxes, is required; everything else may
+// be zero.
 type Options struct {
+	// Store, Streams, Drivers, Breakers and Ready describe the one outbox table of a
+	// replica without an outboxes list; Outboxes, when set, replaces them.
 	Store Store
+	// Outboxes lists the outboxes of a replica serving several: the API then takes an
+	// outbox selector, and /readyz checks each.
+	Outboxes []Outbox
 	// Streams and Drivers are the configured ones, as Describe returns them.
 	Streams []ops.Stream
 	Drivers []ops.Driver
@@ -74,8 +80,10 @@ const maxBodyBytes = 1 << 20
 const requestTimeout = 30 * time.Second
 
 type server struct {
-	opt    Options
-	ops    *ops.Ops
+	opt      Options
+	outboxes []served
+	// multi is set for an outboxes list: answers name their outbox.
+	multi  bool
 	tokens tokens
 	log    *slog.Logger
 }
@@ -83,10 +91,10 @@ type server struct {
 // New returns the handler for every endpoint. It panics without a Store, a wiring
 // mistake rather than a runtime condition.
 func New(opt Options) http.Handler {
-	if opt.Store == nil {
-		panic("admin: Options.Store is required")
+	if opt.Store == nil && len(opt.Outboxes) == 0 {
+		panic("admin: Options.Store or Options.Outboxes is required")
 	}
-	s := &server{opt: opt, ops: ops.New(opt.Store, opt.Now), log: opt.Logger}
+	s := &server{opt: opt, outboxes: outboxesOf(opt), multi: len(opt.Outboxes) > 0, log: opt.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

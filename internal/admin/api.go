@@ -13,21 +13,32 @@ import (
 )
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
-	if !s.noParams(w, r) {
-		return
+	q := r.URL.Query()
+	var allowed []string
+	if s.multi {
+		allowed = []string{"outbox"}
 	}
-	req := ops.StatsRequest{Streams: s.opt.Streams, Drivers: s.opt.Drivers}
-	if s.opt.Breakers != nil {
-		req.Breakers = s.opt.Breakers()
+	if err := checkParams(q, allowed); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	st, err := s.ops.Stats(ctx, req)
+	if s.multi && !q.Has("outbox") {
+		writeJSON(w, http.StatusOK, s.allStats(ctx))
+		return
+	}
+	o, err := s.pick(q.Get("outbox"), "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st, err := s.statsOf(ctx, o)
 	s.answer(w, r, st, err)
 }
 
 // messageParams are the query parameters GET /api/v1/messages accepts.
-var messageParams = []string{"status", "stream", "since", "until", "cursor", "limit"}
+var messageParams = []string{"status", "stream", "since", "until", "cursor", "limit", "outbox"}
 
 func (s *server) messages(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -35,9 +46,14 @@ func (s *server) messages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	o, err := s.pick(q.Get("outbox"), q.Get("stream"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	page, err := s.ops.ListMessages(ctx, ops.MessageQuery{
+	page, err := o.ops.ListMessages(ctx, ops.MessageQuery{
 		Status: q.Get("status"), Stream: q.Get("stream"), Since: q.Get("since"), Until: q.Get("until"),
 		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
 	})
@@ -53,18 +69,23 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	o, err := s.pick(req.Outbox, req.Stream)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	// Each chunk has its own deadline; the whole request stays within the server's
 	// write timeout. A requeue cut short keeps what it did, and asking again goes on.
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	res, err := s.ops.Requeue(ctx, req, nil)
+	res, err := o.ops.Requeue(ctx, req, nil)
 	if err == nil || !errors.Is(err, ops.ErrInvalid) {
 		limit := 0
 		if req.Limit != nil {
 			limit = *req.Limit
 		}
 		log := s.log.With("requeued", res.Requeued, "by_ids", req.IDs != nil, "ids", len(req.IDs), "stream", req.Stream,
-			"since", req.Since, "until", req.Until, "limit", limit, "all", req.All, "remote", r.RemoteAddr)
+			"since", req.Since, "until", req.Until, "limit", limit, "all", req.All, "outbox", o.Name, "remote", r.RemoteAddr)
 		if err != nil {
 			log.Warn("requeue stopped", "err", err)
 		} else {
@@ -83,16 +104,21 @@ func (s *server) skip(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	o, err := s.pick(req.Outbox, req.Stream)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	res, err := s.ops.Skip(ctx, req)
+	res, err := o.ops.Skip(ctx, req)
 	if err == nil {
 		key := ""
 		if req.Key != nil {
 			key = *req.Key
 		}
 		s.log.Info("skipped messages", "skipped", res.Skipped, "ids", len(req.IDs), "stream", req.Stream, "key", key,
-			"head", res.ID, "remote", r.RemoteAddr)
+			"head", res.ID, "outbox", o.Name, "remote", r.RemoteAddr)
 	}
 	s.answer(w, r, res, err)
 }

@@ -34,26 +34,48 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, health{Status: "alive"})
 }
 
-// readyz runs the built-in checks (database reachable, schema at this build's
-// migration) and the configured ones. Brokers are deliberately not among them: one
-// unreachable broker pauses its own streams, and taking the replica out of service
-// would not help the others.
+// readyz runs, for each outbox, the built-in checks (database reachable, schema at this
+// build's migration) and the configured ones. Brokers are deliberately not among them:
+// one unreachable broker pauses its own streams, and taking the replica out of service
+// would not help the others. With several outboxes each check is named
+// <outbox>.<check>, so the answer says which outbox is down; ?outbox= checks one.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
-	checks := append([]Check{
-		{Name: "database", Probe: s.opt.Store.Ping},
-		{Name: "schema", Probe: s.schemaCurrent},
-	}, s.opt.Ready...)
-	res := Readiness{Ready: true, Checks: make([]CheckResult, 0, len(checks))}
-	for _, c := range checks {
-		ctx, cancel := context.WithTimeout(r.Context(), checkTimeout)
-		err := c.Probe(ctx)
-		cancel()
-		cr := CheckResult{Name: c.Name, OK: err == nil}
+	q := r.URL.Query()
+	list := s.outboxes
+	if q.Has("outbox") {
+		o, err := s.pickAny(q.Get("outbox"))
 		if err != nil {
-			cr.Error = err.Error()
-			res.Ready = false
+			s.fail(w, r, err)
+			return
 		}
-		res.Checks = append(res.Checks, cr)
+		list = []served{o}
+	}
+	res := Readiness{Ready: true, Checks: []CheckResult{}}
+	for _, o := range list {
+		prefix := ""
+		if s.multi {
+			prefix = o.Name + "."
+		}
+		var checks []Check
+		if o.Store == nil {
+			checks = []Check{{Name: "database", Probe: func(context.Context) error { return o.waiting() }}}
+		} else {
+			checks = append([]Check{
+				{Name: "database", Probe: o.Store.Ping},
+				{Name: "schema", Probe: func(ctx context.Context) error { return schemaCurrent(ctx, o.Store) }},
+			}, o.Ready...)
+		}
+		for _, c := range checks {
+			ctx, cancel := context.WithTimeout(r.Context(), checkTimeout)
+			err := c.Probe(ctx)
+			cancel()
+			cr := CheckResult{Name: prefix + c.Name, OK: err == nil}
+			if err != nil {
+				cr.Error = err.Error()
+				res.Ready = false
+			}
+			res.Checks = append(res.Checks, cr)
+		}
 	}
 	status := http.StatusOK
 	if !res.Ready {
@@ -62,18 +84,29 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, res)
 }
 
+// pickAny finds the outbox named name, connected or not.
+func (s *server) pickAny(name string) (served, error) {
+	for _, o := range s.outboxes {
+		if o.Name == name {
+			return o, nil
+		}
+	}
+	_, err := s.pick(name, "") // the same refusal as the API's
+	return served{}, err
+}
+
 // schemaCurrent fails unless the table's recorded migration is this build's latest.
-func (s *server) schemaCurrent(ctx context.Context) error {
-	v, dirty, err := s.opt.Store.SchemaVersion(ctx)
+func schemaCurrent(ctx context.Context, st Store) error {
+	v, dirty, err := st.SchemaVersion(ctx)
 	if err != nil {
 		return err
 	}
 	want := migrations.Latest()
 	switch {
 	case dirty:
-		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way)", s.opt.Store.Table(), v)
+		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way)", st.Table(), v)
 	case v != want:
-		return fmt.Errorf("%s: schema is at version %d, this build needs %d (outboxd migrate up)", s.opt.Store.Table(), v, want)
+		return fmt.Errorf("%s: schema is at version %d, this build needs %d (outboxd migrate up)", st.Table(), v, want)
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ const requeueStepTimeout = time.Minute
 // bound makes "every failed message of the stream" something the caller says, over HTTP
 // as on the command line.
 type RequeueRequest struct {
+	// Outbox selects the outbox where the replica serves several (Pick).
+	Outbox string  `json:"outbox,omitempty"`
 	IDs    []int64 `json:"ids,omitempty"`
 	Stream string  `json:"stream,omitempty"`
 	Since  string  `json:"since,omitempty"`

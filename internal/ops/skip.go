@@ -11,6 +11,8 @@ import (
 // either IDs, or a Stream and a Key, whose head (its first message not yet delivered)
 // is skipped. Key is a pointer so that the empty key can be named.
 type SkipRequest struct {
+	// Outbox selects the outbox where the replica serves several (Pick).
+	Outbox string  `json:"outbox,omitempty"`
 	IDs    []int64 `json:"ids,omitempty"`
 	Stream string  `json:"stream,omitempty"`
 	Key    *string `json:"key,omitempty"`

@@ -9,6 +9,8 @@ import (
 
 // Stats is the answer of GET /api/v1/stats and of `outboxd stats --json`.
 type Stats struct {
+	// Outbox names the outbox when the replica serves an outboxes list.
+	Outbox  string        `json:"outbox,omitempty"`
 	Table   string        `json:"table"`
 	Streams []StreamStats `json:"streams"`
 	Drivers []Driver      `json:"drivers"`
