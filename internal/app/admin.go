@@ -7,33 +7,28 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/admin"
 	"github.com/outboxd/outboxd/internal/ops"
 )
 
-// adminServer serves the admin endpoints of a running dispatcher. It listens before the
-// dispatcher exists (listen), answering not ready while run waits for the database, and
-// switches to the full endpoints once the dispatcher is built (serve).
+// adminServer serves the admin endpoints of a running process. It listens before any
+// dispatcher exists (listen), answering not ready while run waits for the databases,
+// and switches to the full endpoints as dispatchers are built (serve). With one outbox,
+// the endpoints wait for it; with an outboxes list, they serve at once, each outbox
+// answering for itself: one that is not connected yet is not ready, and its API
+// requests are refused with the reason.
 type adminServer struct {
-	breakers *admin.BreakerBoard
+	outboxes []*outbox
 	current  atomic.Pointer[http.Handler] // what the listener serves now
-	reason   atomic.Pointer[string]       // why /readyz says no while waiting
+	mu       sync.Mutex                   // serialises serve
 }
 
-// notReady records why the replica is not ready yet, for /readyz while waiting.
-func (a *adminServer) notReady(why string) { a.reason.Store(&why) }
-
-// subscribe puts the breaker board on the bus; it must run before anything emits.
-func (a *adminServer) subscribe(streams []string) func(bus *events.Bus) {
-	a.breakers = admin.NewBreakerBoard(streams)
-	return func(bus *events.Bus) {
-		bus.Subscribe("admin-breakers", a.breakers.Observe, events.Filter(admin.IsBreakerChange))
-	}
-}
+// multi reports whether the process serves an outboxes list.
+func (a *adminServer) multi() bool { return len(a.outboxes) > 0 && a.outboxes[0].multi }
 
 // isLoopback reports whether a listener accepts connections from this host only.
 func isLoopback(a net.Addr) bool {
@@ -48,8 +43,16 @@ func (a *adminServer) listen(cfg *config.Config, metrics http.Handler, logger *s
 	if cfg.HTTP.Addr == "" {
 		return func() error { return nil }, nil
 	}
-	waiting := waitingHandler(metrics, &a.reason)
-	a.current.Store(&waiting)
+	if a.multi() {
+		a.serve(cfg, metrics, logger)
+	} else {
+		reason := &atomic.Pointer[string]{}
+		if len(a.outboxes) > 0 {
+			reason = &a.outboxes[0].reason
+		}
+		waiting := waitingHandler(metrics, reason)
+		a.current.Store(&waiting)
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("http.addr: listen on %s: %w", cfg.HTTP.Addr, err)
@@ -69,26 +72,37 @@ func (a *adminServer) listen(cfg *config.Config, metrics http.Handler, logger *s
 	return func() error { cancel(); return <-served }, nil
 }
 
-// serve switches the listener to the full admin endpoints of d.
-func (a *adminServer) serve(cfg *config.Config, d *Dispatcher, metrics http.Handler, logger *slog.Logger) {
+// serve switches the listener to the admin endpoints of the outboxes as they are now;
+// run calls it again whenever an outbox's dispatcher starts.
+func (a *adminServer) serve(cfg *config.Config, metrics http.Handler, logger *slog.Logger) {
 	if cfg.HTTP.Addr == "" {
 		return
 	}
-	streams, drivers := ops.Describe(cfg)
-	var breakers func() map[string]string
-	if a.breakers != nil {
-		breakers = a.breakers.States
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	opt := admin.Options{AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken, Metrics: metrics, Logger: logger}
+	for _, o := range a.outboxes {
+		streams, drivers := ops.Describe(o.cfg)
+		ao := admin.Outbox{Name: o.name, Waiting: o.waiting, Streams: streams, Drivers: drivers, Breakers: o.breakers.States}
+		if d := o.disp.Load(); d != nil {
+			ao.Store = d.store
+			ao.Ready = []admin.Check{{Name: "listener", Probe: func(context.Context) error {
+				if d.listener.Connected() {
+					return nil
+				}
+				return errors.New("the LISTEN connection is down; reconnecting (polling continues meanwhile)")
+			}}}
+		}
+		opt.Outboxes = append(opt.Outboxes, ao)
 	}
-	h := admin.New(admin.Options{
-		Store: d.store, Streams: streams, Drivers: drivers, AdminToken: cfg.HTTP.AdminToken,
-		ReadToken: cfg.HTTP.ReadToken,
-		Ready: []admin.Check{{Name: "listener", Probe: func(context.Context) error {
-			if d.listener.Connected() {
-				return nil
-			}
-			return errors.New("the LISTEN connection is down; reconnecting (polling continues meanwhile)")
-		}}},
-		Metrics: metrics, Breakers: breakers, Logger: logger,
-	})
+	if !a.multi() {
+		one := opt.Outboxes[0]
+		if one.Store == nil {
+			return // still waiting
+		}
+		opt.Store, opt.Streams, opt.Drivers, opt.Breakers, opt.Ready = one.Store, one.Streams, one.Drivers, one.Breakers, one.Ready
+		opt.Outboxes = nil
+	}
+	h := admin.New(opt)
 	a.current.Store(&h)
 }

@@ -1,0 +1,114 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events"
+	"github.com/outboxd/outboxd/events/metrics"
+	"github.com/outboxd/outboxd/events/tracing"
+	"github.com/outboxd/outboxd/internal/admin"
+)
+
+// outbox is one outbox table a running process serves, with everything of its own: its
+// configuration as if it were the only one, its metrics (labelled outbox=<name> when the
+// process serves a list), its breaker board and, once its database answered, its
+// dispatcher. Outboxes share nothing but the registry, the tracer and the admin
+// listener, so a database that is down or slow holds back only its own outbox.
+type outbox struct {
+	name string
+	// multi is set when the configuration has an outboxes list: names show in labels,
+	// logs, spans and admin answers.
+	multi    bool
+	cfg      *config.Config
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	breakers *admin.BreakerBoard
+	disp     atomic.Pointer[Dispatcher]
+	reason   atomic.Pointer[string]
+}
+
+// newOutboxes builds an outbox per served table, registering its metrics on reg.
+func newOutboxes(cfg *config.Config, reg *prometheus.Registry, version string, logger *slog.Logger) []*outbox {
+	multi := len(cfg.Outboxes) > 0
+	var out []*outbox
+	for _, o := range cfg.Served() {
+		one := cfg.ForOutbox(o)
+		ob := &outbox{name: o.Name, multi: multi, cfg: one, log: logger}
+		var r prometheus.Registerer = reg
+		if multi {
+			// The same series for every outbox, told apart by a label: metric definitions,
+			// dashboards and alert rules stay as they are.
+			r = prometheus.WrapRegistererWith(prometheus.Labels{"outbox": o.Name}, reg)
+			ob.log = logger.With("outbox", o.Name)
+		}
+		ob.metrics = newMetrics(r, one, version)
+		ob.breakers = admin.NewBreakerBoard(sortedKeys(one.Streams))
+		out = append(out, ob)
+	}
+	return out
+}
+
+// notReady records why the outbox is not serving yet, for /readyz.
+func (o *outbox) notReady(why string) { o.reason.Store(&why) }
+
+// waiting says why the outbox is not serving yet.
+func (o *outbox) waiting() string {
+	if r := o.reason.Load(); r != nil {
+		return *r
+	}
+	return "waiting for the database"
+}
+
+// options are the dispatcher options of the outbox: its metrics and breakers on its
+// bus, and tracing with the outbox's name on its spans.
+func (o *outbox) options(migrate bool, tp trace.TracerProvider, tracingOn bool) Options {
+	opt := Options{Migrate: migrate}
+	if tracingOn { // off: publishers are not wrapped at all
+		systems := map[string]string{}
+		for name, d := range o.cfg.Drivers {
+			systems[name] = d.Type
+		}
+		label := ""
+		if o.multi {
+			label = o.name
+		}
+		opt.Middleware = append(opt.Middleware, tracing.OutboxMiddleware(tp, systems, label))
+	}
+	opt.Subscribe = func(bus *events.Bus) {
+		bus.Subscribe("metrics", o.metrics.Handle) // synchronous: sees every event, never drops
+		bus.Subscribe("admin-breakers", o.breakers.Observe, events.Filter(admin.IsBreakerChange))
+	}
+	return opt
+}
+
+// run waits for the outbox's database, builds its dispatcher and runs it until ctx
+// ends. connected is called once the dispatcher serves. An error names the outbox when
+// the process serves several.
+func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider, tracingOn bool, connected func()) error {
+	wrap := func(err error) error {
+		if err == nil || !o.multi {
+			return err
+		}
+		return fmt.Errorf("outbox %s: %w", o.name, err)
+	}
+	if err := waitForDatabase(ctx, o.cfg, o.log, o.notReady); err != nil {
+		return wrap(err)
+	}
+	d, err := NewDispatcher(ctx, o.cfg, o.log, o.options(migrate, tp, tracingOn))
+	if err != nil {
+		return wrap(err)
+	}
+	o.metrics.ObserveListener(d.listener)
+	o.metrics.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers", "failure-log"}, d.busSubscribers...)...)
+	o.disp.Store(d)
+	connected()
+	o.log.Info("dispatching", "streams", len(d.pipelines), "table", o.cfg.Table().String())
+	return wrap(d.Run(ctx))
+}
