@@ -25,11 +25,15 @@ func (c Config) Served() []Outbox {
 
 // ForOutbox is the configuration of one outbox as a configuration of its own, the shape
 // every part that serves one table reads: o's database, table, streams and janitor at
-// the top level, no outboxes, and only the drivers o's streams publish to.
+// the top level, no outboxes, and, of an outboxes list, only the drivers o's streams
+// publish to.
 func (c Config) ForOutbox(o Outbox) *Config {
 	one := c
 	one.DatabaseURL, one.Database, one.Schema, one.TableName = o.DatabaseURL, o.Database, o.Schema, o.TableName
 	one.Streams, one.Janitor, one.Outboxes = o.Streams, o.Janitor, nil
+	if len(c.Outboxes) == 0 {
+		return &one // the one outbox: every driver, as always
+	}
 	used := map[string]Driver{}
 	for _, s := range o.Streams {
 		for _, name := range []string{s.Driver, s.DeadLetter.Driver} {

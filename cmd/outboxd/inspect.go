@@ -12,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/config"
@@ -36,17 +38,54 @@ func opsError(verb, hint string, err error) error {
 func statsCmd(ctx context.Context, e env) error {
 	fs := newFlags("stats", e.stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object, as GET /api/v1/stats answers")
+	outbox := outboxFlag(fs)
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	return withOps(ctx, e, fs, func(o *ops.Ops, cfg *config.Config) error {
+	cfg, err := loadConfig(e, fs)
+	if err != nil {
+		return err
+	}
+	one := func(o *ops.Ops, cfg *config.Config) (ops.Stats, error) {
 		streams, drivers := ops.Describe(cfg)
 		// Nothing configured: every stream the table has a backlog for.
-		st, err := o.Stats(ctx, ops.StatsRequest{Streams: streams, Drivers: drivers, EveryStream: true})
-		return show(e.stdout, *asJSON, st, opsError("stats", "", err))
-	})
+		return o.Stats(ctx, ops.StatsRequest{Streams: streams, Drivers: drivers, EveryStream: true})
+	}
+	if len(cfg.Outboxes) == 0 || *outbox != "" {
+		return withOutbox(ctx, cfg, "stats", *outbox, "", func(o *ops.Ops, one1 *config.Config, name string) error {
+			st, err := one(o, one1)
+			if len(cfg.Outboxes) > 0 {
+				st.Outbox = name
+			}
+			return show(e.stdout, *asJSON, st, opsError("stats", "", err))
+		})
+	}
+	// Every outbox, each on its own: one whose database does not answer is reported in
+	// its entry, and the others still show.
+	var all ops.AllStats
+	failed := false
+	for _, ob := range cfg.Served() {
+		entry := ops.OutboxStats{Stats: ops.Stats{Outbox: ob.Name, Table: ob.Table().String(), Streams: []ops.StreamStats{}, Drivers: []ops.Driver{}}}
+		err := withOutbox(ctx, cfg, "stats", ob.Name, "", func(o *ops.Ops, one1 *config.Config, _ string) error {
+			st, err := one(o, one1)
+			st.Outbox = ob.Name
+			entry.Stats = st
+			return err
+		})
+		if err != nil {
+			entry.Error, failed = err.Error(), true
+		}
+		all.Outboxes = append(all.Outboxes, entry)
+	}
+	if err := show(e.stdout, *asJSON, all, nil); err != nil {
+		return err
+	}
+	if failed {
+		return errors.New("stats: some outboxes could not be read (see their entries)")
+	}
+	return nil
 }
 
 func messagesCmd(ctx context.Context, e env) error {
@@ -54,6 +93,7 @@ func messagesCmd(ctx context.Context, e env) error {
 	var q ops.MessageQuery
 	q.Register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object, as GET /api/v1/messages answers")
+	outbox := outboxFlag(fs)
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
@@ -62,7 +102,7 @@ func messagesCmd(ctx context.Context, e env) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
+	return withOps(ctx, e, fs, *outbox, q.Stream, func(o *ops.Ops, _ *config.Config) error {
 		page, err := o.ListMessages(ctx, q)
 		if err = show(e.stdout, *asJSON, page, opsError("messages", "", err)); err == nil && !*asJSON && page.NextCursor != "" {
 			fmt.Fprintf(e.stderr, "more messages match: add --cursor %s for the next page\n", page.NextCursor)
@@ -78,6 +118,7 @@ func requeueCmd(ctx context.Context, e env) error {
 	var flags ops.RequeueFlags
 	flags.Register(fs)
 	asJSON := fs.Bool("json", false, `print {"requeued": N} and no progress`)
+	outbox := outboxFlag(fs)
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
@@ -88,7 +129,7 @@ func requeueCmd(ctx context.Context, e env) error {
 	if err := req.Check(time.Now()); err != nil {
 		return opsError("requeue", requeueHint, err)
 	}
-	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
+	return withOps(ctx, e, fs, *outbox, req.Stream, func(o *ops.Ops, _ *config.Config) error {
 		var progress func(done, target int64)
 		finish := func() {}
 		if !*asJSON {
@@ -104,21 +145,48 @@ func requeueCmd(ctx context.Context, e env) error {
 	})
 }
 
-// withOps loads the configuration, connects to its table (within inspectTimeout) and
-// runs f with the operations over it.
-func withOps(ctx context.Context, e env, fs *flag.FlagSet, f func(*ops.Ops, *config.Config) error) error {
+// outboxFlag declares --outbox, which selects one outbox of a configuration's outboxes
+// list, as the admin API's outbox parameter does.
+func outboxFlag(fs *flag.FlagSet) *string {
+	return fs.String("outbox", "", "the outbox (outboxes[].name) to act on; needed where the configuration lists several "+
+		"and the stream does not tell which")
+}
+
+// withOps loads the configuration, connects to the table of the outbox the request
+// addresses (ops.Pick: --outbox, else the only one, else the one with the stream),
+// within inspectTimeout, and runs f with the operations over it.
+func withOps(ctx context.Context, e env, fs *flag.FlagSet, outbox, stream string, f func(*ops.Ops, *config.Config) error) error {
 	cfg, err := loadConfig(e, fs)
 	if err != nil {
 		return err
 	}
+	return withOutbox(ctx, cfg, fs.Name(), outbox, stream, func(o *ops.Ops, one *config.Config, _ string) error { return f(o, one) })
+}
+
+// withOutbox connects to the outbox of cfg that outbox and stream pick and runs f with
+// its operations, its configuration as if the only one, and its name.
+func withOutbox(ctx context.Context, cfg *config.Config, verb, outbox, stream string, f func(*ops.Ops, *config.Config, string) error) error {
+	served := cfg.Served()
+	targets := make([]ops.Target, len(served))
+	for i, o := range served {
+		targets[i] = ops.Target{Name: o.Name, Streams: slices.Sorted(maps.Keys(o.Streams))}
+	}
+	i, err := ops.Pick(targets, outbox, stream)
+	if err != nil {
+		return opsError(verb, " (flag: --outbox)", err)
+	}
+	one := cfg.ForOutbox(served[i])
 	openCtx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	st, done, err := app.OpenStore(openCtx, cfg)
+	st, done, err := app.OpenStore(openCtx, one)
 	if err != nil {
+		if len(cfg.Outboxes) > 0 {
+			err = fmt.Errorf("outbox %s: %w", served[i].Name, err)
+		}
 		return err
 	}
 	defer done()
-	return f(ops.New(st, nil), cfg)
+	return f(ops.New(st, nil), one, served[i].Name)
 }
 
 // show prints an operation's result (ops.Show), or returns its error.

@@ -20,6 +20,7 @@ func skipCmd(ctx context.Context, e env) error {
 	stream := fs.String("stream", "", "with --key: the stream of the key whose head to skip")
 	key := fs.String("key", "", "with --stream: skip the head of this key, its first message not yet delivered")
 	asJSON := fs.Bool("json", false, `print the answer as POST /api/v1/messages/skip gives it: {"skipped": N, "id": ID}`)
+	outbox := outboxFlag(fs)
 	if err := parseNoArgs(fs, e.args); err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func skipCmd(ctx context.Context, e env) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	return withOps(ctx, e, fs, func(o *ops.Ops, _ *config.Config) error {
+	return withOps(ctx, e, fs, *outbox, req.Stream, func(o *ops.Ops, _ *config.Config) error {
 		res, err := o.Skip(ctx, req)
 		if err != nil || *asJSON {
 			return show(e.stdout, true, res, opsError("skip", "", err))

@@ -8,6 +8,27 @@ import (
 	"time"
 )
 
+// WriteText writes each outbox's stats under a line naming it, or why it could not be
+// read.
+func (a AllStats) WriteText(w io.Writer) error {
+	for i, o := range a.Outboxes {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "outbox %s (%s)\n", o.Outbox, o.Table)
+		if o.Error != "" {
+			if _, err := fmt.Fprintf(w, "  cannot read it: %s\n", o.Error); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := o.Stats.WriteText(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WriteText writes s as a table for a person, one row per stream; the blocked-key
 // columns appear only when a stream is ordered, and unserved streams are called out
 // below the table.
