@@ -22,7 +22,7 @@ func (a AllStats) WriteText(w io.Writer) error {
 			}
 			continue
 		}
-		if err := o.Stats.WriteText(w); err != nil {
+		if err := o.WriteText(w); err != nil {
 			return err
 		}
 	}
