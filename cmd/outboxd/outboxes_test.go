@@ -62,3 +62,40 @@ outboxes:
 		t.Errorf("messages --stream invoices (only billing has it) = %q", out)
 	}
 }
+
+// TestMigrateActsOnEveryOutboxAndRevertsOnlyTheOneNamed migrates two outbox tables of
+// a configuration at once; reverting needs --outbox.
+func TestMigrateActsOnEveryOutboxAndRevertsOnlyTheOneNamed(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.SharedDatabase(t)
+	w := &inspectWorld{ctx: t.Context()}
+	suffix := strings.ToLower(strings.ReplaceAll(t.Name(), "Test", ""))[:12]
+	a, b := "ma_"+suffix, "mb_"+suffix
+	file := filepath.Join(t.TempDir(), "outboxd.yaml")
+	yaml := fmt.Sprintf(`drivers: {bus: {type: discard}}
+outboxes:
+  - {name: a, database_url: %q, schema: %s, streams: {orders: {driver: bus}}}
+  - {name: b, database_url: %q, schema: %s, streams: {orders: {driver: bus}}}
+`, dsn, a, dsn, b)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.environ = []string{"OUTBOXD_CONFIG=" + file}
+	t.Cleanup(func() {
+		conn := testenv.Connect(t, dsn)
+		_, _ = conn.Exec(w.ctx, "DROP SCHEMA IF EXISTS "+a+" CASCADE; DROP SCHEMA IF EXISTS "+b+" CASCADE")
+	})
+	out, _ := w.mustRun(t, migrateCmd, "up")
+	if !strings.Contains(out, "outbox a:") || !strings.Contains(out, "outbox b:") || !strings.Contains(out, a+".messages") || !strings.Contains(out, b+".messages") {
+		t.Errorf("migrate up = %q, want both outboxes' tables migrated, each named", out)
+	}
+	_, _, err := w.run(t, migrateCmd, "down", "1")
+	var usage usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "name one with --outbox") {
+		t.Errorf("migrate down 1 with two outboxes: %v; want a usage error asking for --outbox", err)
+	}
+	out, _ = w.mustRun(t, migrateCmd, "down", "--outbox", "b", "1")
+	if strings.Contains(out, a+".messages") {
+		t.Errorf("migrate down --outbox b touched outbox a: %q", out)
+	}
+}

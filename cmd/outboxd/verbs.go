@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/demo"
@@ -41,6 +44,7 @@ func migrateCmd(ctx context.Context, e env) error {
 	if sub == "down" {
 		fs.BoolVar(&all, "all", false, "revert every migration (drops the outbox table and its rows)")
 	}
+	outbox := outboxFlag(fs)
 	if err := parseFlags(fs, e.args[1:]); err != nil {
 		return err
 	}
@@ -48,7 +52,31 @@ func migrateCmd(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	return asUsage[app.UsageError](app.MigrateCommand(ctx, cfg, sub, all, fs.Args(), e.stdout))
+	served := cfg.Served()
+	if *outbox != "" {
+		served = slices.DeleteFunc(served, func(o config.Outbox) bool { return o.Name != *outbox })
+		if len(served) == 0 {
+			return usageError{msg: fmt.Sprintf("migrate: no outbox named %q in the configuration", *outbox)}
+		}
+	}
+	// Reverting drops rows: with several outboxes it acts on the one named only.
+	if len(served) > 1 && sub == "down" {
+		return usageError{msg: "migrate down: the configuration lists several outboxes; name one with --outbox"}
+	}
+	// Every outbox in turn, each under a line naming it; the first failure stops.
+	for _, o := range served {
+		if len(cfg.Outboxes) > 0 && sub != "sql" {
+			fmt.Fprintf(e.stdout, "outbox %s:\n", o.Name)
+		}
+		if err := asUsage[app.UsageError](app.MigrateCommand(ctx, cfg.ForOutbox(o), sub, all, fs.Args(), e.stdout)); err != nil {
+			var usage usageError
+			if len(cfg.Outboxes) > 0 && !errors.As(err, &usage) {
+				return fmt.Errorf("outbox %s: %w", o.Name, err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 func demoCmd(ctx context.Context, e env) error {
