@@ -25,16 +25,16 @@ import (
 // value above zero); every query, quiet or not, must return series. A new query must be
 // active or be added here.
 var quietQueries = map[string]string{
-	"Oldest pending age / {{stream}}":                        "the load drains before the last sample",
-	"Retries, deferrals and releases / released {{stream}}":  "nothing is shut down during the load",
-	"Database errors / {{operation}}":                        "no database failure is provoked",
-	"Partitions created / dropped / created":                 "the test table is not partitioned",
-	"Partitions created / dropped / dropped":                 "the test table is not partitioned",
-	"Default-partition rows / rows":                          "the test table is not partitioned",
-	"Notification listener / reconnects":                     "the listener keeps its connection",
-	"Event bus drops / {{subscriber}}":                       "the dead-letter queue never fills",
-	"Held back and order violations / violations {{stream}}": "no broker of the load takes a message after refusing its predecessor",
-	"Lease conflicts, reclaimed leases and broker duplicates / duplicates {{stream}}": "no JetStream stream of the load is sent a message it already holds " +
+	"Oldest pending age / {{stream}} {{outbox}}":                        "the load drains before the last sample",
+	"Retries, deferrals and releases / released {{stream}} {{outbox}}":  "nothing is shut down during the load",
+	"Database errors / {{operation}}":                                   "no database failure is provoked",
+	"Partitions created / dropped / created":                            "the test table is not partitioned",
+	"Partitions created / dropped / dropped":                            "the test table is not partitioned",
+	"Default-partition rows / rows":                                     "the test table is not partitioned",
+	"Notification listener / reconnects":                                "the listener keeps its connection",
+	"Event bus drops / {{subscriber}}":                                  "the dead-letter queue never fills",
+	"Held back and order violations / violations {{stream}} {{outbox}}": "no broker of the load takes a message after refusing its predecessor",
+	"Lease conflicts, reclaimed leases and broker duplicates / duplicates {{stream}} {{outbox}}": "no JetStream stream of the load is sent a message it already holds " +
 		"(dispatch's TestARePublishTheStreamAlreadyHeldIsCountedAsADuplicateOfItsStream feeds the series)",
 }
 
