@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,11 @@ outboxes:
 	}
 	if all.Outboxes[2].Error == "" || err == nil {
 		t.Errorf("stats with one database missing: entry %+v, err %v; want its entry to say why and the verb to fail", all.Outboxes[2], err)
+	}
+	var cout, cerr bytes.Buffer
+	code := run(w.ctx, env{args: []string{"config", "check", "--connect"}, environ: w.environ, stdout: &cout, stderr: &cerr})
+	if code == 0 || !strings.Contains(cerr.String(), "outbox gone: database") || strings.Contains(cerr.String(), "outbox shop") {
+		t.Errorf("config check --connect: exit %d, stderr %q; want a problem for outbox gone only", code, cerr.String())
 	}
 	out, _ = w.mustRun(t, statsCmd, "--outbox", "billing")
 	if !strings.Contains(out, "invoices") {

@@ -35,17 +35,24 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 	var problems, oks []string
 	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	dbCtx, cancel := context.WithTimeout(ctx, probeTimeout)
-	st, closeStore, err := OpenStore(dbCtx, cfg)
-	cancel()
-	switch {
-	case err == nil:
-		closeStore()
-		oks = append(oks, fmt.Sprintf("database %s: connected, schema up to date", st.Table()))
-	case strings.HasPrefix(err.Error(), "connect to database") || strings.HasPrefix(err.Error(), "database_url"):
-		problem("database %s: %v: check database_url and that PostgreSQL accepts connections", config.RedactDSN(cfg.DatabaseURL), err)
-	default:
-		problem("database: %v", err)
+	// Every outbox's database; with an outboxes list each line names its outbox.
+	for _, o := range cfg.Served() {
+		one, label, key := cfg.ForOutbox(o), "", "database_url"
+		if len(cfg.Outboxes) > 0 {
+			label, key = "outbox "+o.Name+": ", "the outbox's database_url"
+		}
+		dbCtx, cancel := context.WithTimeout(ctx, probeTimeout)
+		st, closeStore, err := OpenStore(dbCtx, one)
+		cancel()
+		switch {
+		case err == nil:
+			closeStore()
+			oks = append(oks, fmt.Sprintf("%sdatabase %s: connected, schema up to date", label, st.Table()))
+		case strings.HasPrefix(err.Error(), "connect to database") || strings.HasPrefix(err.Error(), "database_url"):
+			problem("%sdatabase %s: %v: check %s and that PostgreSQL accepts connections", label, config.RedactDSN(one.DatabaseURL), err, key)
+		default:
+			problem("%sdatabase: %v", label, err)
+		}
 	}
 
 	quiet := slog.New(slog.DiscardHandler)
@@ -83,8 +90,18 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 		oks = append(oks, fmt.Sprintf("driver %q: reached %s", name, where(dc)))
 	}
 
-	for _, name := range slices.Sorted(maps.Keys(cfg.Streams)) {
-		s := cfg.Streams[name]
+	type named struct {
+		name string
+		s    config.Stream
+	}
+	var streams []named // of every outbox
+	for _, o := range cfg.Served() {
+		for _, name := range slices.Sorted(maps.Keys(o.Streams)) {
+			streams = append(streams, named{name, o.Streams[name]})
+		}
+	}
+	for _, ns := range streams {
+		name, s := ns.name, ns.s
 		for _, d := range destinations(cfg, s) {
 			p, ok := probers[d.driver]
 			if !ok {
