@@ -229,7 +229,9 @@ func TestTwoRunnersOfTheSameReplayCopyEachRowOnce(t *testing.T) {
 	results := make([]ops.ReplayResult, 4)
 	errs := make([]error, 4)
 	for i := range results {
-		wg.Go(func() { results[i], errs[i] = o.Replay(f.ctx, ops.ReplayRequest{Stream: "orders"}, ops.ReplayOptions{}) })
+		wg.Go(func() {
+			results[i], errs[i] = o.Replay(f.ctx, ops.ReplayRequest{Stream: "orders"}, ops.ReplayOptions{})
+		})
 	}
 	wg.Wait()
 	for i, r := range results {

@@ -1,0 +1,134 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/internal/ops"
+	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/router"
+	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+)
+
+// replayedOnce fails unless every original row was copied by replays exactly once, and
+// every copy was delivered.
+func (f *fixture) replayedOnce(t *testing.T, originals int) {
+	t.Helper()
+	q := f.pg.Table.Qualified()
+	var distinct, copies, undelivered, strays int
+	must(t, f.pg.Pool.QueryRow(f.ctx, `SELECT count(DISTINCT c.headers->>'Outbox-Replay-Of'), count(*),
+		count(*) FILTER (WHERE c.status <> 'delivered'),
+		count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM `+q+` o WHERE o.dedup_id::text = c.headers->>'Outbox-Replay-Of'))
+		FROM `+q+` c WHERE c.headers ? 'Outbox-Replay'`).Scan(&distinct, &copies, &undelivered, &strays))
+	if distinct != originals || copies != originals || undelivered != 0 || strays != 0 {
+		t.Fatalf("%d copies of %d distinct originals (%d undelivered, %d copying no original); want each of %d copied once and delivered",
+			copies, distinct, undelivered, strays, originals)
+	}
+}
+
+func TestAReplayInsideJetStreamsDuplicateWindowIsStoredAgainOnceEach(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	srv := testenv.NewNATS(t)
+	js, err := jetstream.New(dlNATSClient(t, srv.URL()))
+	must(t, err)
+	// A duplicate window far longer than the test: every replayed message is sent
+	// inside it.
+	stream, err := js.CreateStream(f.ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"shop.>"}, Duplicates: time.Hour})
+	must(t, err)
+	cfg := jsdriver.DefaultOptions()
+	cfg.URL = srv.URL()
+	d, err := jsdriver.New("js", cfg, nil)
+	must(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	r, err := router.New([]router.Route{{Stream: "orders", DriverName: "js", Driver: d, TopicPrefix: "shop."}})
+	must(t, err)
+	pub, err := r.Publisher("orders")
+	must(t, err)
+
+	const n = 300
+	f.insert(t, "orders", n)
+	stop := run(t, pipeline(t, f, dispatch.PipelineConfig{}, pub, newRecorder()))
+	waitFor(t, time.Minute, "every row delivered", func() bool { return f.counts(t)["delivered"] == n })
+	res, err := ops.New(f.store, nil).Replay(f.ctx, ops.ReplayRequest{Stream: "orders"}, ops.ReplayOptions{})
+	if err != nil || res.Copied != n {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	waitFor(t, time.Minute, "every copy delivered", func() bool { return f.counts(t)["delivered"] == 2*n })
+	stop()
+
+	info, err := stream.Info(f.ctx)
+	must(t, err)
+	if info.State.Msgs != 2*n {
+		t.Fatalf("the stream stored %d messages, want %d: the broker absorbed the replay as duplicates", info.State.Msgs, 2*n)
+	}
+	// Read the stream back: each original's dedup id arrives once as itself and once
+	// as the Outbox-Replay-Of of a copy.
+	cons, err := stream.OrderedConsumer(f.ctx, jetstream.OrderedConsumerConfig{})
+	must(t, err)
+	replayOf := map[string]int{}
+	ids := map[string]int{}
+	for range 2 * n {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		must(t, err)
+		if of := m.Headers().Get("Outbox-Replay-Of"); of != "" {
+			replayOf[of]++
+		} else {
+			ids[m.Headers().Get(router.HeaderMessageID)]++
+		}
+	}
+	for id, c := range ids {
+		if replayOf[id] != 1 || c != 1 {
+			t.Fatalf("original %s arrived %d times and was replayed %d times, want once each", id, c, replayOf[id])
+		}
+	}
+	if len(ids) != n || len(replayOf) != n {
+		t.Fatalf("%d originals and %d replayed ids arrived, want %d each", len(ids), len(replayOf), n)
+	}
+}
+
+func TestTwoReplaysOfAStreamAtOnceCopyEachRowOnceWhileTwoReplicasDispatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const n = 3000
+	f.insert(t, "orders", n)
+	must(t, execOK(f, `UPDATE `+f.pg.Table.Qualified()+` SET status = 'delivered', published_at = now()`))
+	// A broker that refuses every seventh message's first attempt.
+	pub := newFakePublisher(func(_ context.Context, m router.Message) error {
+		if m.ID%7 == 0 && m.Attempts == 0 {
+			return router.Retryable(errors.New("not enough replicas"))
+		}
+		return nil
+	})
+	for _, owner := range []string{"replica-a", "replica-b"} {
+		run(t, pipeline(t, f, dispatch.PipelineConfig{Owner: owner, BackoffInitial: 10 * time.Millisecond, BatchSize: 50}, pub, newRecorder()))
+	}
+	o := ops.New(f.store, nil)
+	var wg sync.WaitGroup
+	results := make([]ops.ReplayResult, 2)
+	errs := make([]error, 2)
+	for i := range results {
+		wg.Go(func() {
+			results[i], errs[i] = o.Replay(f.ctx, ops.ReplayRequest{Stream: "orders"}, ops.ReplayOptions{})
+		})
+	}
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil || results[i].ID != results[0].ID || results[i].State != "done" {
+			t.Fatalf("replay %d: %+v %v; want both to run replay %d to its end", i, results[i], errs[i], results[0].ID)
+		}
+	}
+	waitFor(t, time.Minute, "every copy delivered", func() bool { return f.counts(t)["delivered"] == 2*n })
+	f.replayedOnce(t, n)
+}
+
+func execOK(f *fixture, sql string) error {
+	_, err := f.pg.Pool.Exec(f.ctx, sql)
+	return err
+}
