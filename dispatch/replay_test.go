@@ -8,12 +8,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
 	jsdriver "github.com/outboxd/outboxd/router/jetstream"
+	"github.com/outboxd/outboxd/store"
 )
 
 // replayedOnce fails unless every original row was copied by replays exactly once, and
@@ -132,3 +135,61 @@ func execOK(f *fixture, sql string) error {
 	_, err := f.pg.Pool.Exec(f.ctx, sql)
 	return err
 }
+
+func TestAReplaysSizeAndProgressAreSampledIntoItsStreamsSeries(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.insert(t, "orders", 2500)
+	must(t, execOK(f, `UPDATE `+f.pg.Table.Qualified()+` SET status = 'delivered', published_at = now()`))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, map[string]string{"orders": "bus", "payments": "bus"}, map[string]string{"bus": "nats"}, metrics.BuildInfo{})
+	sampler := dispatch.NewSampler(dispatch.SamplerConfig{Interval: time.Hour,
+		Probes: []dispatch.Probe{dispatch.ReplayProbe([]string{"orders", "payments"}, f.store)}}, emitters{m.Handle}, nil)
+	want := func(running, remaining, copied float64) {
+		t.Helper()
+		must(t, sampler.Sample(f.ctx))
+		for _, c := range []struct {
+			name string
+			got  float64
+			want float64
+		}{
+			{"running", sampled(t, reg, "outboxd_replays_running"), running},
+			{"remaining", sampled(t, reg, "outboxd_replay_remaining_messages"), remaining},
+			{"copied", sampled(t, reg, "outboxd_replay_messages_total"), copied},
+		} {
+			if c.got != c.want {
+				t.Fatalf("%s of orders = %v, want %v", c.name, c.got, c.want)
+			}
+		}
+	}
+	want(0, 0, 0)
+	id, _, err := f.store.StartReplay(f.ctx, storeFilter("orders"), "test")
+	must(t, err)
+	want(1, 2500, 0)
+	_, err = f.store.ReplayChunk(f.ctx, id, 1000)
+	must(t, err)
+	want(1, 1500, 1000)
+	res, err := ops.New(f.store, nil).Replay(f.ctx, ops.ReplayRequest{Resume: id}, ops.ReplayOptions{})
+	if err != nil || res.State != "done" {
+		t.Fatalf("resume: %+v %v", res, err)
+	}
+	want(0, 0, 2500)
+}
+
+// sampled is the value of the orders series of the family name in reg.
+func sampled(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	must(t, err)
+	for _, mf := range families {
+		for _, s := range mf.GetMetric() {
+			if mf.GetName() == name && s.GetLabel()[0].GetValue() == "orders" {
+				return s.GetGauge().GetValue() + s.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s{stream=orders}", name)
+	return 0
+}
+
+func storeFilter(stream string) store.ReplayFilter { return store.ReplayFilter{Stream: stream} }
