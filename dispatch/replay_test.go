@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -37,17 +38,33 @@ func (f *fixture) replayedOnce(t *testing.T, originals int) {
 
 func TestAReplayInsideJetStreamsDuplicateWindowIsStoredAgainOnceEach(t *testing.T) {
 	t.Parallel()
+	replayThroughJetStream(t, 300, dispatch.PipelineConfig{})
+}
+
+// TestAReplayOf100000MessagesArrivesAgainOnceEach is the closing note's measurement:
+// OUTBOXD_TEST_REPLAY_100K=1 go test ./dispatch/ -run 100000 -v
+func TestAReplayOf100000MessagesArrivesAgainOnceEach(t *testing.T) {
+	if os.Getenv("OUTBOXD_TEST_REPLAY_100K") != "1" {
+		t.Skip("set OUTBOXD_TEST_REPLAY_100K=1 to replay 100,000 messages through JetStream and time it")
+	}
+	replayThroughJetStream(t, 100_000, dispatch.PipelineConfig{BatchSize: 500})
+}
+
+// replayThroughJetStream delivers n messages to a JetStream stream whose duplicate
+// window outlasts the test, replays them all while the pipeline runs, and checks that
+// the stream then holds each original once and each one's copy once, read back by
+// Outbox-Message-Id and Outbox-Replay-Of.
+func replayThroughJetStream(t *testing.T, n int, cfg dispatch.PipelineConfig) {
+	t.Helper()
 	f := setup(t)
 	srv := testenv.NewNATS(t)
 	js, err := jetstream.New(dlNATSClient(t, srv.URL()))
 	must(t, err)
-	// A duplicate window far longer than the test: every replayed message is sent
-	// inside it.
 	stream, err := js.CreateStream(f.ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"shop.>"}, Duplicates: time.Hour})
 	must(t, err)
-	cfg := jsdriver.DefaultOptions()
-	cfg.URL = srv.URL()
-	d, err := jsdriver.New("js", cfg, nil)
+	opts := jsdriver.DefaultOptions()
+	opts.URL = srv.URL()
+	d, err := jsdriver.New("js", opts, nil)
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	r, err := router.New([]router.Route{{Stream: "orders", DriverName: "js", Driver: d, TopicPrefix: "shop."}})
@@ -55,36 +72,44 @@ func TestAReplayInsideJetStreamsDuplicateWindowIsStoredAgainOnceEach(t *testing.
 	pub, err := r.Publisher("orders")
 	must(t, err)
 
-	const n = 300
 	f.insert(t, "orders", n)
-	stop := run(t, pipeline(t, f, dispatch.PipelineConfig{}, pub, newRecorder()))
-	waitFor(t, time.Minute, "every row delivered", func() bool { return f.counts(t)["delivered"] == n })
+	began := time.Now()
+	stop := run(t, pipeline(t, f, cfg, pub, newRecorder()))
+	waitFor(t, 5*time.Minute, "every row delivered", func() bool { return f.counts(t)["delivered"] == n })
+	t.Logf("%d originals delivered in %v", n, time.Since(began).Round(time.Millisecond))
+
+	began = time.Now()
 	res, err := ops.New(f.store, nil).Replay(f.ctx, ops.ReplayRequest{Stream: "orders"}, ops.ReplayOptions{})
-	if err != nil || res.Copied != n {
+	if err != nil || res.Copied != int64(n) {
 		t.Fatalf("replay: %+v %v", res, err)
 	}
-	waitFor(t, time.Minute, "every copy delivered", func() bool { return f.counts(t)["delivered"] == 2*n })
+	copied := time.Since(began)
+	waitFor(t, 5*time.Minute, "every copy delivered", func() bool { return f.counts(t)["delivered"] == 2*n })
+	t.Logf("replay %d: %d copied in %v, all delivered again %v after it started", res.ID, n,
+		copied.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	stop()
 
 	info, err := stream.Info(f.ctx)
 	must(t, err)
-	if info.State.Msgs != 2*n {
+	if info.State.Msgs != uint64(2*n) {
 		t.Fatalf("the stream stored %d messages, want %d: the broker absorbed the replay as duplicates", info.State.Msgs, 2*n)
 	}
-	// Read the stream back: each original's dedup id arrives once as itself and once
-	// as the Outbox-Replay-Of of a copy.
 	cons, err := stream.OrderedConsumer(f.ctx, jetstream.OrderedConsumerConfig{})
 	must(t, err)
-	replayOf := map[string]int{}
-	ids := map[string]int{}
-	for range 2 * n {
-		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	replayOf := make(map[string]int, n)
+	ids := make(map[string]int, n)
+	for read := 0; read < 2*n; {
+		batch, err := cons.Fetch(min(1000, 2*n-read), jetstream.FetchMaxWait(10*time.Second))
 		must(t, err)
-		if of := m.Headers().Get("Outbox-Replay-Of"); of != "" {
-			replayOf[of]++
-		} else {
-			ids[m.Headers().Get(router.HeaderMessageID)]++
+		for m := range batch.Messages() {
+			read++
+			if of := m.Headers().Get("Outbox-Replay-Of"); of != "" {
+				replayOf[of]++
+			} else {
+				ids[m.Headers().Get(router.HeaderMessageID)]++
+			}
 		}
+		must(t, batch.Error())
 	}
 	for id, c := range ids {
 		if replayOf[id] != 1 || c != 1 {
