@@ -33,8 +33,8 @@ func (f *fixture) deliveredAt(t testing.TB, stream, topic, key string, created t
 	return ids
 }
 
-// copy is one row a replay made.
-type copy struct {
+// replayCopy is one row a replay made.
+type replayCopy struct {
 	ID, Of, Replay       string
 	Key, Topic           *string
 	MessageID            *string
@@ -44,7 +44,7 @@ type copy struct {
 
 // copies lists the rows replays made, in id order, with the dedup id of the row each
 // copies (by Outbox-Replay-Of).
-func (f *fixture) copies(t testing.TB) []copy {
+func (f *fixture) copies(t testing.TB) []replayCopy {
 	t.Helper()
 	q := f.pg.Table.Qualified()
 	rows, err := f.pg.Pool.Query(f.ctx, `SELECT c.id::text, c.headers->>'Outbox-Replay-Of', c.headers->>'Outbox-Replay',
@@ -54,8 +54,8 @@ func (f *fixture) copies(t testing.TB) []copy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (copy, error) {
-		var c copy
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (replayCopy, error) {
+		var c replayCopy
 		err := r.Scan(&c.ID, &c.Of, &c.Replay, &c.Key, &c.Topic, &c.MessageID, &c.DedupID, &c.OrigDedupID, &c.Status)
 		return c, err
 	})
