@@ -21,6 +21,12 @@
 -- back to the horizon is refused, since some of what it names is gone.
 --
 -- Only new objects: nothing here touches the outbox table's rows or takes a lock on it.
+--
+-- The janitor now writes the horizon when it purges, so a role that may DELETE from the
+-- outbox table (the dispatcher's) needs SELECT, INSERT and UPDATE on messages_purged, and
+-- SELECT on messages_replays for the replay metrics. The end of this file grants them to
+-- every such role that exists now, so an upgrade does not stop retention; a role granted
+-- later gets them as docs/security.md says.
 
 CREATE TABLE outbox.messages_purged (
     stream          text        PRIMARY KEY,
@@ -189,4 +195,22 @@ LANGUAGE sql AS $$
         RETURNING 1
     )
     SELECT count(*) > 0 FROM c
+$$;
+
+-- Carry the dispatcher's grants over to the new tables (see the top of this file): every
+-- role but superusers, predefined roles and the owner running this that may DELETE from
+-- the outbox table.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT rolname FROM pg_roles
+        WHERE NOT rolsuper AND rolname NOT LIKE 'pg\_%' AND rolname <> current_user
+          AND has_table_privilege(oid, 'outbox.messages'::regclass, 'DELETE')
+    LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON outbox.messages_purged TO %I', r.rolname);
+        EXECUTE format('GRANT SELECT ON outbox.messages_replays TO %I', r.rolname);
+    END LOOP;
+END
 $$;

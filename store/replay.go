@@ -80,6 +80,10 @@ func (s *Store) replayError(op string, err error) error {
 		if k, ok := kinds[pgErr.Code]; ok {
 			return &ReplayRefusal{Kind: k, Msg: strings.TrimPrefix(pgErr.Message, "replay: ")}
 		}
+		if pgErr.Code == "42501" { // insufficient_privilege: the dispatcher's role, through the admin API
+			return fmt.Errorf("%s in %s: %w (a replay inserts into %s and writes %s: run it as a role that may, "+
+				"see docs/security.md)", op, s.table, err, s.table, s.table.Table+"_replays")
+		}
 	}
 	return fmt.Errorf("%s in %s: %w", op, s.table, err)
 }

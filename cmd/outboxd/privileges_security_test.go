@@ -33,6 +33,8 @@ GRANT CONNECT ON DATABASE %[3]s TO %[1]s, %[2]s;
 GRANT USAGE ON SCHEMA outbox TO %[1]s, %[2]s;
 GRANT SELECT, UPDATE, DELETE ON outbox.messages TO %[1]s;
 GRANT SELECT ON outbox.messages_schema_migrations TO %[1]s;
+GRANT SELECT, INSERT, UPDATE ON outbox.messages_purged TO %[1]s;
+GRANT SELECT ON outbox.messages_replays TO %[1]s;
 GRANT INSERT (stream, topic, key, headers, payload, available_at, message_id), SELECT (id)
     ON outbox.messages TO %[2]s;
 `

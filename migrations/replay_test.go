@@ -1,6 +1,8 @@
 package migrations_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"regexp"
 	"strings"
@@ -60,5 +62,65 @@ func TestTheReplaySnippetsOfTheSQLGuideRunAsWritten(t *testing.T) {
 	}
 	if copies != 2500 || copied != 2500 || state != "done" {
 		t.Fatalf("after the snippets: %d copies, replay 1 %s with %d copied; want the 2,500 rows of the window copied, done", copies, state, copied)
+	}
+}
+
+func TestUpgradingTo0007GrantsTheNewTablesToTheRolesThatMayPurge(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.EmptyDatabase(t)
+	conn, ctx := connect(t, dsn)
+	n := table.Name{Schema: "outbox", Table: "messages"}
+	if err := migrations.Up(ctx, dsn, n); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrations.Open(ctx, dsn, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Down(1); err != nil { // back to before 0007
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	suffix := hex.EncodeToString(b) // roles are cluster-wide
+	dispatcher, producer := "disp_"+suffix, "prod_"+suffix
+	for _, stmt := range []string{
+		"CREATE ROLE " + dispatcher, "CREATE ROLE " + producer,
+		"GRANT SELECT, UPDATE, DELETE ON outbox.messages TO " + dispatcher,
+		"GRANT INSERT (stream, topic, payload) ON outbox.messages TO " + producer,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + dispatcher + ", " + producer, "DROP ROLE " + dispatcher + ", " + producer} {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				t.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+	if err := m.Up(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		role, table, privilege string
+		want                   bool
+	}{
+		{dispatcher, "outbox.messages_purged", "INSERT", true},
+		{dispatcher, "outbox.messages_purged", "UPDATE", true},
+		{dispatcher, "outbox.messages_replays", "SELECT", true},
+		{dispatcher, "outbox.messages_replays", "INSERT", false},
+		{producer, "outbox.messages_purged", "INSERT", false},
+		{producer, "outbox.messages_replays", "SELECT", false},
+	} {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3)`, c.role, c.table, c.privilege).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s has %s on %s: %v, want %v", c.role, c.privilege, c.table, got, c.want)
+		}
 	}
 }
