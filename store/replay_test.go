@@ -329,3 +329,25 @@ func TestAnOrderedKeysReplayIsClaimedInKeyOrderBehindWhatIsPending(t *testing.T)
 			order, len(pending), want)
 	}
 }
+
+func TestRowsPurgedWhileAReplayRunsAreReportedAsMissingNotCopied(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.deliveredAt(t, "orders", "orders", "k", time.Now().Add(-48*time.Hour), 3)
+	kept := f.deliveredAt(t, "orders", "orders", "k", time.Now(), 2)
+	f.exec(t, `UPDATE {{table}} SET published_at = created_at`)
+	id, _, err := f.store.StartReplay(f.ctx, store.ReplayFilter{Stream: "orders"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.store.Purge(f.ctx, 24*time.Hour, 1000); err != nil || n != 3 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	res, err := ops.New(f.store, nil).Replay(f.ctx, ops.ReplayRequest{Resume: id}, ops.ReplayOptions{})
+	if err != nil || res.State != "done" || res.Copied != int64(len(kept)) || res.Total != 5 {
+		t.Fatalf("the replay: %+v %v; want done with the 2 kept rows of 5 copied", res, err)
+	}
+	if want := "; 3 counted at its start were gone"; !strings.Contains(res.Summary(), want) {
+		t.Fatalf("summary %q does not say %q", res.Summary(), want)
+	}
+}

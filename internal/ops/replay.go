@@ -181,9 +181,13 @@ func (r ReplayResult) Summary() string {
 	case r.State == "running":
 		return fmt.Sprintf("replay %d of stream %s stopped at %d of %d copied: resume it with --resume %d", r.ID, r.Stream, r.Copied, r.Total, r.ID)
 	}
-	how := ""
+	how, short := "", ""
 	if r.Resumed {
 		how = " (resumed)"
 	}
-	return fmt.Sprintf("replay %d of stream %s%s: %s, %d of %d copied", r.ID, r.Stream, how, r.State, r.Copied, r.Total)
+	if r.State == "done" && r.Copied < r.Total {
+		short = fmt.Sprintf("; %d counted at its start were gone before it reached them (purged by retention meanwhile)",
+			r.Total-r.Copied)
+	}
+	return fmt.Sprintf("replay %d of stream %s%s: %s, %d of %d copied%s", r.ID, r.Stream, how, r.State, r.Copied, r.Total, short)
 }
