@@ -351,3 +351,26 @@ func TestRowsPurgedWhileAReplayRunsAreReportedAsMissingNotCopied(t *testing.T) {
 		t.Fatalf("summary %q does not say %q", res.Summary(), want)
 	}
 }
+
+func TestAReplayStoppedByItsTimeBudgetStaysRunningAndGoesOnWhenResumed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	originals := f.deliveredAt(t, "orders", "orders", "k", time.Now(), 3*ops.ReplayChunk)
+	o := ops.New(f.store, nil)
+	// The admin API's case: no chunk starts once the budget has passed, here during the
+	// first chunk's progress report.
+	stop := time.Now().Add(5 * time.Second)
+	res, err := o.Replay(f.ctx, ops.ReplayRequest{Stream: "orders"}, ops.ReplayOptions{Stop: stop,
+		Progress: func(int64, int64) { time.Sleep(time.Until(stop)) }})
+	if err != nil || res.State != "running" || res.Copied != ops.ReplayChunk || res.ID == 0 {
+		t.Fatalf("a replay past its budget answered %+v %v; want running with its id after one chunk", res, err)
+	}
+	if !strings.Contains(res.Summary(), fmt.Sprintf("resume it with --resume %d", res.ID)) {
+		t.Fatalf("summary %q does not say how to go on", res.Summary())
+	}
+	again, err := o.Replay(f.ctx, ops.ReplayRequest{Resume: res.ID}, ops.ReplayOptions{})
+	if err != nil || again.State != "done" || again.Copied != int64(len(originals)) {
+		t.Fatalf("resumed: %+v %v", again, err)
+	}
+	onceEach(t, f, originals)
+}
