@@ -190,7 +190,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
 	probes := []dispatch.Probe{dispatch.BacklogProbe(d.router.Streams(), d.store),
-		dispatch.UnservedProbe(d.router.Streams(), d.store, logger)}
+		dispatch.UnservedProbe(d.router.Streams(), d.store, logger), dispatch.ReplayProbe(d.router.Streams(), d.store)}
 	if ordered := orderedStreams(cfg); len(ordered) > 0 {
 		probes = append(probes, dispatch.BlockedProbe(ordered, d.store))
 	}
