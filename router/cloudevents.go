@@ -154,8 +154,8 @@ func checkAttrs(attrs map[string]string) error {
 	bad := func(attr, why string) error {
 		return Permanent(fmt.Errorf("cloudevents: attribute %s %s", attr, why))
 	}
-	if _, err := url.Parse(attrs["source"]); err != nil {
-		return bad("source", "must be a URI-reference: "+err.Error())
+	if _, err := url.Parse(attrs["source"]); err != nil || strings.ContainsAny(attrs["source"], " \t\r\n") {
+		return bad("source", "must be a URI-reference (no spaces), got "+quoteName(attrs["source"]))
 	}
 	if s, ok := attrs["dataschema"]; ok {
 		if u, err := url.Parse(s); err != nil || !u.IsAbs() {

@@ -113,6 +113,7 @@ func TestARowThatCannotBeACloudEventFailsForGoodAndTheRestGoOut(t *testing.T) {
 		{"a specversion header", router.CloudEvents{Type: "t"}, map[string]string{"ce-specversion": "0.3"}, "outboxd sets specversion"},
 		{"a time that is not RFC 3339", router.CloudEvents{Type: "t"}, map[string]string{"ce-time": "yesterday"}, "must be an RFC 3339 timestamp"},
 		{"a relative data schema", router.CloudEvents{Type: "t"}, map[string]string{"ce-dataschema": "schema.json"}, "must be an absolute URI"},
+		{"a source with a space", router.CloudEvents{Type: "t"}, map[string]string{"ce-source": "my shop"}, "must be a URI-reference"},
 		{"an empty extension", router.CloudEvents{Type: "t"}, map[string]string{"ce-region": ""}, "attribute region is empty"},
 		{"one attribute twice in two cases", router.CloudEvents{Type: "t"}, map[string]string{"ce-region": "a", "CE-REGION": "b"}, "set by two row headers"},
 	}
