@@ -50,80 +50,117 @@ type eventer struct {
 	cfg     CloudEvents
 	source  string // the default source
 	binding EventBinding
-	names   map[string]string // attribute → header name, for the attributes of every event
+	// The binding's header names of the attributes every event may have, looked up once.
+	id, sourceH, typeH, spec, timeH, contentType, subject string
 }
 
 func newEventer(stream string, cfg CloudEvents, b EventBinding) *eventer {
-	e := &eventer{cfg: cfg, source: cfg.Source, binding: b, names: map[string]string{}}
+	e := &eventer{cfg: cfg, source: cfg.Source, binding: b,
+		id: b.EventHeader("id"), sourceH: b.EventHeader("source"), typeH: b.EventHeader("type"),
+		spec: b.EventHeader("specversion"), timeH: b.EventHeader("time"),
+		contentType: b.EventHeader("datacontenttype"), subject: b.EventHeader("subject")}
 	if e.source == "" {
 		e.source = "/outboxd/" + stream
 	}
-	for _, a := range []string{"id", "source", "type", "specversion", "time", "datacontenttype", "subject"} {
-		e.names[a] = b.EventHeader(a)
-	}
 	return e
-}
-
-// header names the binding's header for attr.
-func (e *eventer) header(attr string) string {
-	if h, ok := e.names[attr]; ok {
-		return h
-	}
-	return e.binding.EventHeader(attr)
 }
 
 // event returns m's headers as they leave in binary content mode: the producer's
 // headers but its ce-* and content-type ones, then every attribute under the binding's
 // header name. Its error is permanent: the row itself is wrong.
 func (e *eventer) event(m *Message) (map[string]string, error) {
-	attrs := make(map[string]string, 8)
 	out := make(map[string]string, len(m.Headers)+7)
-	contentType := ""
+	var typ, source, subject, tm, contentType string
+	var seen []string // the attributes rows set, to find one set twice (rare: only then allocated)
 	for k, v := range m.Headers {
-		switch {
-		case len(k) > len(ceHeaderPrefix) && strings.EqualFold(k[:len(ceHeaderPrefix)], ceHeaderPrefix):
-			name := strings.ToLower(k[len(ceHeaderPrefix):])
-			if why := attrProblem(name); why != "" {
-				return nil, Permanent(fmt.Errorf("cloudevents: row header %s: %s", quoteName(k), why))
+		if len(k) <= len(ceHeaderPrefix) || !strings.EqualFold(k[:len(ceHeaderPrefix)], ceHeaderPrefix) {
+			if strings.EqualFold(k, "content-type") {
+				contentType = v
+			} else {
+				out[k] = v
 			}
-			if _, dup := attrs[name]; dup {
+			continue
+		}
+		name := k[len(ceHeaderPrefix):]
+		if !isLower(name) {
+			name = strings.ToLower(name)
+		}
+		if why := attrProblem(name); why != "" {
+			return nil, Permanent(fmt.Errorf("cloudevents: row header %s: %s", quoteName(k), why))
+		}
+		if v == "" {
+			return nil, Permanent(fmt.Errorf("cloudevents: row header %s is empty", quoteName(k)))
+		}
+		for _, s := range seen {
+			if s == name {
 				return nil, Permanent(fmt.Errorf("cloudevents: attribute %q is set by two row headers differing in case", name))
 			}
-			attrs[name] = v
-		case strings.EqualFold(k, "content-type"):
-			contentType = v
+		}
+		seen = append(seen, name)
+		switch name {
+		case "type":
+			typ = v
+		case "source":
+			if _, err := url.Parse(v); err != nil || strings.ContainsAny(v, " \t\r\n") {
+				return nil, Permanent(fmt.Errorf("cloudevents: attribute source must be a URI-reference (no spaces), got %s", quoteName(v)))
+			}
+			source = v
+		case "subject":
+			subject = v
+		case "time":
+			if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
+				return nil, Permanent(fmt.Errorf("cloudevents: attribute time must be an RFC 3339 timestamp, got %s", quoteName(v)))
+			}
+			tm = v
+		case "dataschema":
+			if u, err := url.Parse(v); err != nil || !u.IsAbs() {
+				return nil, Permanent(fmt.Errorf("cloudevents: attribute dataschema must be an absolute URI, got %s", quoteName(v)))
+			}
+			out[e.binding.EventHeader(name)] = v
 		default:
-			out[k] = v
+			out[e.binding.EventHeader(name)] = v
 		}
 	}
-	if attrs["type"] == "" {
+	if typ == "" {
 		if e.cfg.Type == "" {
 			return nil, Permanent(fmt.Errorf("cloudevents: message %d has no event type: set the row header ce-type "+
 				"or the stream's cloudevents.type", m.ID))
 		}
-		attrs["type"] = e.cfg.Type
+		typ = e.cfg.Type
 	}
-	if attrs["source"] == "" {
-		attrs["source"] = e.source
+	if source == "" {
+		source = e.source
 	}
-	if err := checkAttrs(attrs); err != nil {
-		return nil, err
+	if tm == "" && !m.CreatedAt.IsZero() {
+		tm = m.CreatedAt.UTC().Format(time.RFC3339Nano)
 	}
-	attrs["id"] = m.DedupID()
-	attrs["specversion"] = ceSpecVersion
-	if _, ok := attrs["time"]; !ok && !m.CreatedAt.IsZero() {
-		attrs["time"] = m.CreatedAt.UTC().Format(time.RFC3339Nano)
+	if subject == "" && e.cfg.SubjectFromKey && len(m.Key) > 0 && utf8.Valid(m.Key) {
+		subject = string(m.Key)
 	}
-	if _, ok := attrs["subject"]; !ok && e.cfg.SubjectFromKey && len(m.Key) > 0 && utf8.Valid(m.Key) {
-		attrs["subject"] = string(m.Key)
+	out[e.id] = m.DedupID()
+	out[e.sourceH] = source
+	out[e.typeH] = typ
+	out[e.spec] = ceSpecVersion
+	if tm != "" {
+		out[e.timeH] = tm
+	}
+	if subject != "" {
+		out[e.subject] = subject
 	}
 	if contentType != "" {
-		attrs["datacontenttype"] = contentType
-	}
-	for a, v := range attrs {
-		out[e.header(a)] = v
+		out[e.contentType] = contentType
 	}
 	return out, nil
+}
+
+// isLower reports whether s holds no upper-case ASCII letter.
+func isLower(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // attrProblem says why a row header ce-<name> cannot set the attribute name, or "".
@@ -147,32 +184,6 @@ func attrProblem(name string) string {
 		}
 	}
 	return ""
-}
-
-// checkAttrs applies the specification's rules to the attributes a row may set.
-func checkAttrs(attrs map[string]string) error {
-	bad := func(attr, why string) error {
-		return Permanent(fmt.Errorf("cloudevents: attribute %s %s", attr, why))
-	}
-	if _, err := url.Parse(attrs["source"]); err != nil || strings.ContainsAny(attrs["source"], " \t\r\n") {
-		return bad("source", "must be a URI-reference (no spaces), got "+quoteName(attrs["source"]))
-	}
-	if s, ok := attrs["dataschema"]; ok {
-		if u, err := url.Parse(s); err != nil || !u.IsAbs() {
-			return bad("dataschema", "must be an absolute URI")
-		}
-	}
-	if t, ok := attrs["time"]; ok {
-		if _, err := time.Parse(time.RFC3339Nano, t); err != nil {
-			return bad("time", "must be an RFC 3339 timestamp, got "+quoteName(t))
-		}
-	}
-	for a, v := range attrs {
-		if v == "" {
-			return bad(a, "is empty")
-		}
-	}
-	return nil
 }
 
 // quoteName quotes a header name or value for an error, cut to a readable length.

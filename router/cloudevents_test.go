@@ -114,7 +114,7 @@ func TestARowThatCannotBeACloudEventFailsForGoodAndTheRestGoOut(t *testing.T) {
 		{"a time that is not RFC 3339", router.CloudEvents{Type: "t"}, map[string]string{"ce-time": "yesterday"}, "must be an RFC 3339 timestamp"},
 		{"a relative data schema", router.CloudEvents{Type: "t"}, map[string]string{"ce-dataschema": "schema.json"}, "must be an absolute URI"},
 		{"a source with a space", router.CloudEvents{Type: "t"}, map[string]string{"ce-source": "my shop"}, "must be a URI-reference"},
-		{"an empty extension", router.CloudEvents{Type: "t"}, map[string]string{"ce-region": ""}, "attribute region is empty"},
+		{"an empty extension", router.CloudEvents{Type: "t"}, map[string]string{"ce-region": ""}, "row header \"ce-region\" is empty"},
 		{"one attribute twice in two cases", router.CloudEvents{Type: "t"}, map[string]string{"ce-region": "a", "CE-REGION": "b"}, "set by two row headers"},
 	}
 	for _, tc := range cases {
