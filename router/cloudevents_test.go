@@ -164,3 +164,28 @@ func TestACloudEventsRouteNeedsADriverWithABinding(t *testing.T) {
 		t.Fatalf("router.New: %v; want the driver named as having no binding", err)
 	}
 }
+
+// Whatever a row's headers hold, a cloudevents stream either sends the message with
+// every required attribute or fails it for good; it never panics or sends half an event.
+func FuzzCloudEventsHeaders(f *testing.F) {
+	f.Add("ce-type", "t", "ce-region", "eu")
+	f.Add("Ce-Source", "my shop", "content-type", "")
+	f.Add("ce-", "x", "CE-TIME", "2020-01-01T00:00:00Z")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		d := &eventDriver{}
+		p := eventPublisher(t, router.CloudEvents{}, d)
+		errs := p.Publish(context.Background(), []router.Message{{ID: 1, Topic: "o", Headers: map[string]string{k1: v1, k2: v2}, CreatedAt: created}})
+		if errs[0] != nil {
+			if router.KindOf(errs[0]) != router.KindPermanent || len(d.got) != 0 {
+				t.Fatalf("error %v (kind %s) with %d messages sent; want a permanent error and none", errs[0], router.KindOf(errs[0]), len(d.got))
+			}
+			return
+		}
+		h := d.got[0].Headers
+		for _, a := range []string{"x-id", "x-source", "x-type", "x-specversion", "x-time"} {
+			if h[a] == "" {
+				t.Fatalf("sent without %s: %v", a, h)
+			}
+		}
+	})
+}
