@@ -152,6 +152,10 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		if dl := s.DeadLetter; dl.Driver != "" {
 			rt.DeadLetter = router.DeadLetter{DriverName: dl.Driver, Driver: drivers[dl.Driver]}
 		}
+		if s.Format == config.FormatCloudEvents {
+			ce := s.CloudEvents
+			rt.CloudEvents = &router.CloudEvents{Type: ce.Type, Source: ce.Source, SubjectFromKey: ce.SubjectFromKey}
+		}
 		routes = append(routes, rt)
 	}
 	if d.router, err = router.New(routes, router.WithMiddleware(opt.Middleware...)); err != nil {
