@@ -179,13 +179,15 @@ func (s *Store) Reclaim(ctx context.Context, limit int) ([]time.Duration, error)
 }
 
 // Purge deletes up to limit delivered rows published more than retention ago and
-// returns how many it deleted. Pending, leased and failed rows are never touched.
+// returns how many it deleted, raising the purge horizon of their streams (a replay
+// refuses a window reaching back to it). Pending, leased and failed rows are never
+// touched.
 func (s *Store) Purge(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.sql.purge, retention.Milliseconds(), limit)
-	if err != nil {
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.sql.purge, retention.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("purge delivered rows from %s: %w", s.table, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Backlog is one stream's sampled state.
