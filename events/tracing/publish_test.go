@@ -396,3 +396,24 @@ func TestTheTracingMiddlewareTracesAnOrderedPublishUnderTheRouter(t *testing.T) 
 		}
 	}
 }
+
+func TestTheSpansOfOneOfSeveralOutboxesNameIt(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp, err := tracing.NewProvider(sdktrace.WithSyncer(exp), "outboxd-test", "v0.0.0-test", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	to := router.Destination{Driver: "bus"}
+	for id, outbox := range map[int64]string{1: "billing", 2: ""} {
+		pub := tracing.OutboxMiddleware(tp, map[string]string{"bus": "kafka"}, outbox)(to, (&recorder{}).Publish)
+		pub(context.Background(), []router.Message{message(id, nil)})
+	}
+	if got := attrOf(spanNamed(t, exp, 1), tracing.AttrOutbox); got != attribute.StringValue("billing") {
+		t.Errorf("outboxd.outbox = %v, want billing", got.Emit())
+	}
+	if got := attrOf(spanNamed(t, exp, 2), tracing.AttrOutbox); got.Type() != attribute.INVALID {
+		t.Errorf("a replica without an outboxes list sets outboxd.outbox = %v, want none", got.Emit())
+	}
+}
