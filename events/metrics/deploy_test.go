@@ -306,8 +306,8 @@ func TestTheDashboardIsProvisionableAndFiltersByStream(t *testing.T) {
 	for _, v := range d.Templating.List {
 		vars[v.Name] = v.Type
 	}
-	if vars["datasource"] != "datasource" || vars["stream"] != "query" {
-		t.Errorf("variables %v: want datasource (a data source picker) and stream (a query)", vars)
+	if vars["datasource"] != "datasource" || vars["stream"] != "query" || vars["outbox"] != "query" {
+		t.Errorf("variables %v: want datasource (a data source picker), stream and outbox (queries)", vars)
 	}
 	ids := map[int]string{}
 	for _, p := range d.Panels {
@@ -324,8 +324,8 @@ func TestTheDashboardIsProvisionableAndFiltersByStream(t *testing.T) {
 			t.Errorf("panel %q does not use the ${datasource} variable", p.Title)
 		}
 		for _, tg := range p.Targets {
-			if groupsByStream.MatchString(tg.Expr) && !strings.Contains(tg.Expr, `stream=~"$stream"`) {
-				t.Errorf("panel %q shows streams without following the $stream variable: %s", p.Title, tg.Expr)
+			if groupsByStream.MatchString(tg.Expr) && !strings.Contains(tg.Expr, `outbox=~"$outbox",stream=~"$stream"`) {
+				t.Errorf("panel %q shows streams without following the $outbox and $stream variables: %s", p.Title, tg.Expr)
 			}
 		}
 	}
