@@ -176,24 +176,34 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
+// TestAStoppedDatabaseStallsOnlyItsOwnOutbox runs two replicas over three outboxes with
+// producers on all three, the third's database cut at start and stalled mid-run, and
+// counts every message of each outbox at the inbox.
 func TestAStoppedDatabaseStallsOnlyItsOwnOutbox(t *testing.T) {
 	w, cfg := newMultiWorld(t)
 	const stopped = 2
 
 	// The third database is unreachable from the start: the others must not wait for it.
 	w.proxy.Cut()
+	// Two replicas of the same three outboxes; the second without admin endpoints.
+	second := *cfg
+	second.ReplicaID, second.HTTP.Addr = "second", ""
 	runCtx, stopRun := context.WithCancel(w.ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- Run(runCtx, cfg, RunOptions{Version: "test", Log: io.Discard}) }()
+	ran := make(chan error, 2)
+	for _, c := range []*config.Config{cfg, &second} {
+		go func() { ran <- Run(runCtx, c, RunOptions{Version: "test", Log: io.Discard}) }()
+	}
 	t.Cleanup(func() {
 		stopRun()
-		select {
-		case err := <-ran:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+		for range 2 {
+			select {
+			case err := <-ran:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("Run did not stop")
 			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not stop")
 		}
 	})
 
