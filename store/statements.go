@@ -9,14 +9,16 @@ type statements struct {
 	claimOrderedFirst, claimOrderedAfter                 string
 	versionTableExists, schemaVersion                    string
 	reclaim, purge, backlog                              string
+	expire                                               string
 }
 
 func newStatements(n table.Name) statements {
 	return statements{
-		claim: render(claimSQL, n),
+		claim:  render(renderLive(claimSQL, "$6"), n),
+		expire: render(renderLive(expireSQL, "$2"), n),
 
-		claimOrderedFirst: render(renderOrderedClaim(">= $6", orderedClaimSQL), n),
-		claimOrderedAfter: render(renderOrderedClaim("> $6", orderedClaimSQL), n),
+		claimOrderedFirst: render(renderLive(renderOrderedClaim(">= $6", orderedClaimSQL), "$7"), n),
+		claimOrderedAfter: render(renderLive(renderOrderedClaim("> $6", orderedClaimSQL), "$7"), n),
 		ack:               render(ackSQL, n),
 		ackAgain:          render(ackAgainSQL, n),
 		release:           render(releaseSQL, n),
@@ -41,12 +43,15 @@ func newStatements(n table.Name) statements {
 // order, so the plan walks only pending rows however many delivered rows are kept.
 // A row inserted before migration 0004 has no dedup_id: the claim draws it, and since
 // the lease is written in the same UPDATE it is drawn once, kept by every later claim
-// of the row, so a re-publish carries the id the broker may already hold.
-// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds.
+// of the row, so a re-publish carries the id the broker may already hold. A row past
+// its expiry is left for the expiry sweep ({{live}}, expiry.go); the condition filters
+// the claim index's entries and does not change the walk.
+// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds, $6
+// the stream's ttl in milliseconds (0: none).
 const claimSQL = `
 WITH picked AS (
     SELECT id FROM {{table}}
-    WHERE stream = $1 AND status = 'pending' AND available_at <= now()
+    WHERE stream = $1 AND status = 'pending' AND available_at <= now() AND {{live}}
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
