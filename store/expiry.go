@@ -42,7 +42,7 @@ func renderLive(sql, param string) string {
 // is then locked and re-checked on its newest version (see the file's invariants). The
 // reason names what ran out and any error an earlier attempt left. Parameters: $1
 // stream, $2 ttl in ms (0: none), $3 limit, $4 the ttl as configured, for the reason.
-// Returns each expired row's id, key and reason.
+// Returns each expired row as the dead-letter forwarder needs it, with its reason.
 const expireSQL = `
 WITH due AS (
     (SELECT id FROM {{table}}
@@ -70,17 +70,24 @@ SET status = 'expired', deferred_since = NULL,
         ELSE '' END
 FROM doomed
 WHERE m.id = doomed.id
-RETURNING m.id, m.key, m.last_error`
+RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
+          coalesce(m.dedup_id::text, ''), m.attempts, m.last_error`
 
 // expireBatch is how many rows the sweep before a claim expires at most. More waiting
 // are expired by the following claims; none is claimed meanwhile.
 const expireBatch = 1000
 
-// Expired is one row the sweep expired.
+// Expired is one row the sweep expired, with what a dead letter of it carries.
 type Expired struct {
-	ID     int64
-	Key    []byte // nil when the row has no key
-	Reason string // as stored in last_error
+	ID        int64
+	Topic     string
+	Key       []byte // nil when the row has no key
+	Headers   map[string]string
+	Payload   []byte
+	MessageID string // caller-supplied id, "" when none
+	DedupID   string // "" for a row older than migration 0004 never claimed
+	Attempts  int    // publish attempts spent before it expired
+	Reason    string // as stored in last_error
 }
 
 // WithTTL gives the messages of stream a time to live counted from created_at
@@ -127,7 +134,8 @@ func (s *Store) Expire(ctx context.Context, stream string, limit int) ([]Expired
 	var out []Expired
 	for rows.Next() {
 		var e Expired
-		if err := rows.Scan(&e.ID, &e.Key, &e.Reason); err != nil {
+		if err := rows.Scan(&e.ID, &e.Topic, &e.Key, &e.Headers, &e.Payload, &e.MessageID,
+			&e.DedupID, &e.Attempts, &e.Reason); err != nil {
 			return nil, fmt.Errorf("expire %s: read row: %w", stream, err)
 		}
 		out = append(out, e)
@@ -149,3 +157,19 @@ func shortDuration(d time.Duration) string {
 	}
 	return out
 }
+
+// purgeExpiredSQL deletes one chunk of expired rows created more than retention ago:
+// expiry is judged from created_at onwards, so their age counts from there, as the
+// partitioned layout's drop of a whole partition (by created_at) counts it. It walks the
+// expired index (only expired rows); SKIP LOCKED as purgeSQL. Parameters: $1 retention
+// ms, $2 limit.
+const purgeExpiredSQL = `
+WITH doomed AS (
+    SELECT id FROM {{table}}
+    WHERE status = 'expired' AND created_at < now() - $1 * interval '1 millisecond'
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {{table}} AS m
+USING doomed
+WHERE m.id = doomed.id`

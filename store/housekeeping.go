@@ -178,14 +178,24 @@ func (s *Store) Reclaim(ctx context.Context, limit int) ([]time.Duration, error)
 	return overdue, nil
 }
 
-// Purge deletes up to limit delivered rows published more than retention ago and
-// returns how many it deleted. Pending, leased and failed rows are never touched.
+// Purge deletes up to limit rows past retention and returns how many it deleted:
+// delivered rows published more than retention ago, then, with what is left of limit,
+// expired rows created more than retention ago (expiry.go). Pending, leased and failed
+// rows are never touched.
 func (s *Store) Purge(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, s.sql.purge, retention.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge delivered rows from %s: %w", s.table, err)
 	}
-	return tag.RowsAffected(), nil
+	n := tag.RowsAffected()
+	if n >= int64(limit) {
+		return n, nil
+	}
+	tag, err = s.pool.Exec(ctx, s.sql.purgeExpired, retention.Milliseconds(), int64(limit)-n)
+	if err != nil {
+		return n, fmt.Errorf("purge expired rows from %s: %w", s.table, err)
+	}
+	return n + tag.RowsAffected(), nil
 }
 
 // Backlog is one stream's sampled state.
@@ -195,6 +205,7 @@ type Backlog struct {
 	Leased           int64
 	Failed           int64
 	Deferred         int64
+	Expired          int64         // expired rows retention still keeps
 	OldestPendingAge time.Duration // how long the oldest due pending row has waited; 0 when none is due
 }
 
@@ -213,7 +224,7 @@ func (s *Store) Backlogs(ctx context.Context, streams []string) ([]Backlog, erro
 	for rows.Next() {
 		var b Backlog
 		var ageUs *int64
-		if err := rows.Scan(&b.Stream, &b.Pending, &b.Leased, &b.Failed, &b.Deferred, &ageUs); err != nil {
+		if err := rows.Scan(&b.Stream, &b.Pending, &b.Leased, &b.Failed, &b.Deferred, &b.Expired, &ageUs); err != nil {
 			return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
 		}
 		if ageUs != nil && *ageUs > 0 {

@@ -9,7 +9,7 @@ type statements struct {
 	claimOrderedFirst, claimOrderedAfter                 string
 	versionTableExists, schemaVersion                    string
 	reclaim, purge, backlog                              string
-	expire                                               string
+	expire, purgeExpired                                 string
 }
 
 func newStatements(n table.Name) statements {
@@ -27,6 +27,7 @@ func newStatements(n table.Name) statements {
 		fail:              render(failSQL, n),
 		reclaim:           render(reclaimSQL, n),
 		purge:             render(purgeSQL, n),
+		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
@@ -210,7 +211,7 @@ USING doomed
 WHERE m.id = doomed.id`
 
 // backlogSQL samples the named streams, each count from its partial index (claim,
-// lease, failed). The oldest pending age is how long the first row in claim order has
+// lease, failed, expired). The oldest pending age is how long the first row in claim order has
 // been due (now - available_at: the claim index's first entry), so messages delayed on
 // purpose or waiting out a retry backoff do not count as late; it is negative, and
 // reported as 0, when nothing is due yet. A row a producer dated ±infinity has no age
@@ -222,6 +223,7 @@ SELECT s.stream,
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'leased'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'failed'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending' AND deferred_since IS NOT NULL),
+       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'expired'),
        (SELECT (extract(epoch FROM now() - min(available_at)) * 1000000)::bigint
           FROM {{table}} WHERE stream = s.stream AND status = 'pending'
             AND available_at > '-infinity' AND available_at < 'infinity')
