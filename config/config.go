@@ -109,14 +109,20 @@ type Stream struct {
 	Flow bool `yaml:"flow"`
 	// FlowRate is how many notifications a second start a flow. Tests and small
 	// deployments lower it to make a flow (and its failure modes) reachable.
-	FlowRate   int        `yaml:"flow_rate"`
-	DeadLetter DeadLetter `yaml:"dead_letter"`
+	FlowRate int `yaml:"flow_rate"`
+	// TTL is how long after its INSERT a message may still be published; one still
+	// undelivered then is expired instead (docs/contract.md). 0: no limit; a message's
+	// own expires_at applies either way, whichever comes first.
+	TTL        time.Duration `yaml:"ttl"`
+	DeadLetter DeadLetter    `yaml:"dead_letter"`
 }
 
 // DeadLetter names where a stream sends messages it gives up on; both fields or neither.
 type DeadLetter struct {
 	Driver string `yaml:"driver"`
 	Topic  string `yaml:"topic"`
+	// Expired sends the stream's expired messages there too, not only failed ones.
+	Expired bool `yaml:"expired"`
 }
 
 // Driver configures one destination. Type selects a registered driver type (see
