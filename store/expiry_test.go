@@ -156,3 +156,25 @@ func idSet(ids []int64) map[int64]bool {
 	}
 	return out
 }
+
+func TestExpiredRowsAreCountedAndPurgedOnlyPastRetentionCountedFromCreation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	old := f.insertAged(t, "s", "", 3*time.Hour, in(-time.Hour))
+	young := f.insertAged(t, "s", "", time.Minute, in(-time.Second))
+	pending := f.insertAged(t, "s", "", 3*time.Hour, nil)
+	if exp := expiredIDs(f.claim(t, "s", 1)); len(exp) != 2 {
+		t.Fatalf("expired %v", exp)
+	}
+	b, err := f.store.Backlogs(f.ctx, []string{"s"})
+	if err != nil || len(b) != 1 || b[0].Expired != 2 {
+		t.Fatalf("backlog %+v, %v; want 2 expired", b, err)
+	}
+	n, err := f.store.Purge(f.ctx, 2*time.Hour, 100)
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d, %v; want the one expired row created 3h ago", n, err)
+	}
+	if got := f.ids(t, "s"); !same(got, []int64{young, pending}) {
+		t.Fatalf("left %v, want %v (old %d purged)", got, []int64{young, pending}, old)
+	}
+}
