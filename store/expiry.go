@@ -27,8 +27,12 @@ import (
 
 // liveSQL is true for a row that has not expired: the condition every claim adds for
 // pending rows. {{ttl}} is the statement's parameter carrying the stream's ttl in ms
-// (0: none). Columns are unqualified: each use has one outbox row in scope.
-const liveSQL = `((expires_at IS NULL OR expires_at > now()) AND ({{ttl}} = 0 OR created_at > now() - {{ttl}} * interval '1 millisecond'))`
+// (0: none). Columns are unqualified: each use has one outbox row in scope. The ttl
+// comparison is wrapped in IS TRUE (created_at is NOT NULL, so it means the same) only
+// to keep it from being an index condition: otherwise the planner may walk the
+// undelivered index (stream, created_at) for the claim of a stream with a ttl and sort
+// the whole backlog, instead of walking the claim index in its own order.
+const liveSQL = `((expires_at IS NULL OR expires_at > now()) AND ({{ttl}} = 0 OR (created_at > now() - {{ttl}} * interval '1 millisecond') IS TRUE))`
 
 func renderLive(sql, param string) string {
 	return strings.ReplaceAll(sql, "{{live}}", strings.ReplaceAll(liveSQL, "{{ttl}}", param))
@@ -39,7 +43,9 @@ func renderLive(sql, param string) string {
 // from the expiry index (stream, expires_at), rows past the stream's ttl from the
 // undelivered index (stream, created_at; nullif makes the bound NULL, so the walk finds
 // nothing, when the stream has no ttl). Neither touches delivered rows. Each candidate
-// is then locked and re-checked on its newest version (see the file's invariants). The
+// is then locked and re-checked on its newest version (see the file's invariants),
+// looked up by id as an array so that the plan probes the primary key per candidate
+// instead of scanning every pending row to join them (which it chose for IN). The
 // reason names what ran out and any error an earlier attempt left. Parameters: $1
 // stream, $2 ttl in ms (0: none), $3 limit, $4 the ttl as configured, for the reason.
 // Returns each expired row as the dead-letter forwarder needs it, with its reason.
@@ -55,7 +61,7 @@ WITH due AS (
      ORDER BY created_at LIMIT $3)
 ), doomed AS (
     SELECT id FROM {{table}}
-    WHERE id IN (SELECT id FROM due) AND status = 'pending' AND NOT {{live}}
+    WHERE id = ANY (ARRAY(SELECT id FROM due)) AND status = 'pending' AND NOT {{live}}
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {{table}} AS m
