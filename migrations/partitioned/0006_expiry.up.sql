@@ -14,8 +14,8 @@
 -- validated after the first COMMIT below, which ends the implicit transaction of this
 -- file: VALIDATE takes SHARE UPDATE EXCLUSIVE, so producers and pipelines go on while it
 -- scans. The indexes are partial and cover only pending or expired rows, but building one
--- still reads the table once while writes wait (CREATE INDEX; see docs/operations.md for
--- building them CONCURRENTLY beforehand on a very large table).
+-- still reads every partition once while writes wait (PostgreSQL cannot build an index on
+-- a partitioned table CONCURRENTLY; most rows live in partitions that retention drops).
 ALTER TABLE outbox.messages ADD COLUMN expires_at timestamptz;
 COMMENT ON COLUMN outbox.messages.expires_at IS
     'Optional: not published after this instant (database clock); a message still pending then becomes expired. NULL: only the stream''s ttl, if any, applies.';
@@ -30,10 +30,10 @@ ALTER TABLE outbox.messages
 -- The expiry sweep of one stream: pending rows carrying their own expiry, soonest first.
 -- Rows expiring by the stream's ttl are found through messages_undelivered_idx
 -- (stream, created_at), which already exists.
-CREATE INDEX messages_expiry_idx ON outbox.messages (stream, expires_at)
+CREATE INDEX IF NOT EXISTS messages_expiry_idx ON outbox.messages (stream, expires_at)
     WHERE status = 'pending' AND expires_at IS NOT NULL;
 -- Expired rows, per stream, for stats and for their purge after retention.
-CREATE INDEX messages_expired_idx ON outbox.messages (stream, created_at) WHERE status = 'expired';
+CREATE INDEX IF NOT EXISTS messages_expired_idx ON outbox.messages (stream, created_at) WHERE status = 'expired';
 
 -- Appended, so that the view keeps its other columns, their order and its grants.
 CREATE OR REPLACE VIEW outbox.messages_stats AS
