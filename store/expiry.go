@@ -32,7 +32,7 @@ import (
 // to keep it from being an index condition: otherwise the planner may walk the
 // undelivered index (stream, created_at) for the claim of a stream with a ttl and sort
 // the whole backlog, instead of walking the claim index in its own order.
-const liveSQL = `((expires_at IS NULL OR expires_at > now()) AND ({{ttl}} = 0 OR (created_at > now() - {{ttl}} * interval '1 millisecond') IS TRUE))`
+const liveSQL = `((expires_at IS NULL OR expires_at > now()) AND ({{ttl}}::bigint = 0 OR (created_at > now() - {{ttl}}::bigint * interval '1 millisecond') IS TRUE))`
 
 func renderLive(sql, param string) string {
 	return strings.ReplaceAll(sql, "{{live}}", strings.ReplaceAll(liveSQL, "{{ttl}}", param))

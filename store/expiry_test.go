@@ -178,3 +178,25 @@ func TestExpiredRowsAreCountedAndPurgedOnlyPastRetentionCountedFromCreation(t *t
 		t.Fatalf("left %v, want %v (old %d purged)", got, []int64{young, pending}, old)
 	}
 }
+
+// A ttl of weeks is more milliseconds than a 32-bit integer holds; both claims and the
+// sweep take it, and list the expired row by status.
+func TestATTLOfWeeksWorksInEveryClaimAndExpiredRowsAreListed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.withTTL(t, "s", 40*24*time.Hour)
+	old := f.insertAged(t, "s", "k", 41*24*time.Hour, nil)
+	fresh := f.insertAged(t, "s", "k", 0, nil)
+	c := f.claimOrdered(t, &store.KeyCursor{}, 10)
+	if got := ids(c); !same(got, []int64{fresh}) || expiredIDs(c)[old] == "" {
+		t.Fatalf("ordered claim %v, expired %v; want %d claimed, %d expired", got, expiredIDs(c), fresh, old)
+	}
+	f.insertAged(t, "s", "", 41*24*time.Hour, nil)
+	if c := f.claim(t, "s", 10); len(c.Messages) != 0 || len(c.Expired) != 1 {
+		t.Fatalf("claim %v, expired %v; want the old row expired", c.IDs(), expiredIDs(c))
+	}
+	list := f.listAll(t, store.MessageFilter{Status: "expired", Stream: "s", Limit: 100})
+	if len(list) != 2 || list[0].ID != old || !strings.Contains(list[0].LastError, "(ttl 960h)") {
+		t.Fatalf("listed %+v", list)
+	}
+}
