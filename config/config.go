@@ -115,6 +115,28 @@ type Stream struct {
 	// own expires_at applies either way, whichever comes first.
 	TTL        time.Duration `yaml:"ttl"`
 	DeadLetter DeadLetter    `yaml:"dead_letter"`
+	// Format frames the stream's messages: FormatRaw as the producer wrote them, or
+	// FormatCloudEvents as CloudEvents in binary content mode (docs/contract.md).
+	Format      string      `yaml:"format"`
+	CloudEvents CloudEvents `yaml:"cloudevents"`
+}
+
+// The formats a stream may publish in.
+const (
+	FormatRaw         = "raw"
+	FormatCloudEvents = "cloudevents"
+)
+
+// CloudEvents holds a cloudevents stream's defaults for what a row's headers do not say.
+type CloudEvents struct {
+	// Type is the event type of a row without a ce-type header; with neither, the
+	// message fails for good.
+	Type string `yaml:"type"`
+	// Source is the event source of a row without a ce-source header; empty means
+	// "/outboxd/<stream>".
+	Source string `yaml:"source"`
+	// SubjectFromKey sends the row's key as the subject when the row has no ce-subject.
+	SubjectFromKey bool `yaml:"subject_from_key"`
 }
 
 // DeadLetter names where a stream sends messages it gives up on; both fields or neither.
@@ -204,6 +226,7 @@ func DefaultStream() Stream {
 		MaxAttempts:    10,
 		Flow:           true,
 		FlowRate:       500,
+		Format:         FormatRaw,
 	}
 }
 

@@ -62,7 +62,8 @@ func TestDefaultStreamAndDriversCarryTheDocumentedDefaults(t *testing.T) {
 	t.Parallel()
 	s := DefaultStream()
 	want := Stream{BatchSize: 100, Concurrency: 2, PollInterval: time.Second, LeaseTTL: 30 * time.Second,
-		PublishTimeout: 10 * time.Second, BackoffInitial: time.Second, BackoffMax: 5 * time.Minute, MaxAttempts: 10, Flow: true, FlowRate: 500}
+		PublishTimeout: 10 * time.Second, BackoffInitial: time.Second, BackoffMax: 5 * time.Minute, MaxAttempts: 10, Flow: true, FlowRate: 500,
+		Format: FormatRaw}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("DefaultStream() = %+v, want %+v", s, want)
 	}

@@ -130,6 +130,7 @@ func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver, 
 		v.driverRef(k("dead_letter.driver"), s.DeadLetter.Driver, drivers)
 	}
 	v.deadLetterCollision(k("dead_letter.topic"), s.DeadLetter, streams, drivers)
+	v.format(key, s)
 	if rules, ok := drivers[s.Driver].Options.(router.RouteRules); ok {
 		if msg := rules.CheckPrefix(s.Driver, s.TopicPrefix); msg != "" {
 			v.Add(k("topic_prefix"), "%s", msg)
@@ -270,3 +271,24 @@ func endpointProblem(s string) string {
 
 // formatDuration prints a duration the way people write one: 5m, not 5m0s.
 func formatDuration(d time.Duration) string { return driveropt.FormatDuration(d) }
+
+// format checks a stream's format and its CloudEvents defaults.
+func (v *checker) format(key string, s Stream) {
+	k := func(f string) string { return key + "." + f }
+	v.OneOf(k("format"), s.Format, FormatRaw, FormatCloudEvents)
+	ce := s.CloudEvents
+	if s.Format != FormatCloudEvents {
+		if ce != (CloudEvents{}) {
+			v.Add(k("cloudevents"), "is set but format is %s: set format: cloudevents, or remove it", quoteShort(s.Format))
+		}
+		return
+	}
+	if ce.Type != "" && strings.TrimSpace(ce.Type) != ce.Type {
+		v.Add(k("cloudevents.type"), "must not begin or end with whitespace")
+	}
+	if ce.Source != "" {
+		if _, err := url.Parse(ce.Source); err != nil || strings.ContainsAny(ce.Source, " \t\r\n") {
+			v.Add(k("cloudevents.source"), "must be a URI-reference (no spaces), got %s", quoteShort(ce.Source))
+		}
+	}
+}

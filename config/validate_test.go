@@ -71,6 +71,10 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"A negative ttl is a problem.", stream(func(s *Stream) { s.TTL = -time.Minute }), "streams.orders.ttl", "0 (no expiry) or at least 1s"},
 		{"Dead-lettering expired messages without a destination is a problem.", stream(func(s *Stream) { s.DeadLetter.Expired = true }), "streams.orders.dead_letter.expired", "needs dead_letter.driver and dead_letter.topic"},
 		{"A dead-letter driver without a topic is a problem.", stream(func(s *Stream) { s.DeadLetter.Driver = "bus" }), "streams.orders.dead_letter.topic", "required when dead_letter.driver is set"},
+		{"An unknown format is a problem.", stream(func(s *Stream) { s.Format = "json" }), "streams.orders.format", "want one of raw, cloudevents"},
+		{"CloudEvents defaults on a raw stream are a problem.", stream(func(s *Stream) { s.CloudEvents.Type = "t" }), "streams.orders.cloudevents", "format is \"raw\""},
+		{"A CloudEvents source with a space is a problem.", stream(func(s *Stream) { s.Format, s.CloudEvents.Source = "cloudevents", "my shop" }), "streams.orders.cloudevents.source", "must be a URI-reference"},
+		{"A CloudEvents type with surrounding space is a problem.", stream(func(s *Stream) { s.Format, s.CloudEvents.Type = "cloudevents", " t" }), "streams.orders.cloudevents.type", "whitespace"},
 		{"A dead-letter topic without a driver is a problem.", stream(func(s *Stream) { s.DeadLetter.Topic = "dlq" }), "streams.orders.dead_letter.driver", "required when dead_letter.topic is set"},
 		{"A dead-letter driver that does not exist is a problem.", stream(func(s *Stream) { s.DeadLetter = DeadLetter{Driver: "gone", Topic: "dlq"} }), "streams.orders.dead_letter.driver", `no driver named "gone"`},
 		{"A driver without a type is a problem.", driver("bus", func(d *Driver) { d.Type = "" }), "drivers.bus.type", "required"},
@@ -149,6 +153,7 @@ func TestValidateAcceptsTheEdgesOfEachRange(t *testing.T) {
 	s.BatchSize, s.Concurrency, s.MaxAttempts = 10000, 64, 1
 	s.PollInterval, s.LeaseTTL, s.PublishTimeout = 10*time.Millisecond, 24*time.Hour, 10*time.Minute
 	s.BackoffMax, s.MaxDefer = s.BackoffInitial, time.Second
+	s.Format, s.CloudEvents = FormatCloudEvents, CloudEvents{Type: "com.example.order", Source: "urn:shop:orders", SubjectFromKey: true}
 	c.Streams["orders"] = s
 	c.DatabaseURL = "host=db port=5432 password='it\\'s ok' dbname=app"
 	c.HTTP = HTTP{Addr: ":0", AdminToken: "0123456789abcdef", ReadToken: "fedcba9876543210"}

@@ -166,3 +166,32 @@ func BlockedProbe(ordered []string, st BlockedStore) Probe {
 		return out, nil
 	}}
 }
+
+// ReplayStore is what the replay probe needs from the database.
+type ReplayStore interface {
+	ReplayStandings(ctx context.Context, streams []string) ([]store.ReplayStanding, error)
+}
+
+var _ ReplayStore = (*store.Store)(nil)
+
+// ReplayProbe samples the replays of each stream (outboxd_replays_running,
+// outboxd_replay_remaining_messages, outboxd_replay_messages_total): one ReplayProgress
+// event per stream, zeros included. It reads the replays table only, whose rows are
+// one per replay ever made.
+func ReplayProbe(streams []string, st ReplayStore) Probe {
+	streams = slices.Clone(streams)
+	return Probe{Name: "replay", Sample: func(ctx context.Context) ([]events.Event, error) {
+		if len(streams) == 0 {
+			return nil, nil
+		}
+		found, err := st.ReplayStandings(ctx, streams)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]events.Event, len(found))
+		for i, r := range found {
+			out[i] = events.ReplayProgress{Stream: r.Stream, Running: r.Running, Remaining: r.Remaining, Copied: r.Copied}
+		}
+		return out, nil
+	}}
+}

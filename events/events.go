@@ -157,6 +157,16 @@ type BlockedKeys struct {
 	Waiting int64 // messages waiting behind those heads
 }
 
+// ReplayProgress is the state of one stream's replays as the replays table records
+// them, sampled by every replica: zeros included, so gauges return to 0 once a replay
+// ends.
+type ReplayProgress struct {
+	Stream    string
+	Running   int64 // replays running
+	Remaining int64 // rows the running replays have yet to copy
+	Copied    int64 // rows replays of the stream have copied, all time
+}
+
 // UnservedStreams lists, on every sample, the streams that have pending rows although
 // this replica's configuration routes none of them: rows nobody delivers when every
 // replica shares the configuration (a typo in a producer's stream, a stream not yet
@@ -232,6 +242,7 @@ func (MessageExpired) event()       {}
 func (LeasesReclaimed) event()      {}
 func (Backlog) event()              {}
 func (BlockedKeys) event()          {}
+func (ReplayProgress) event()       {}
 func (UnservedStreams) event()      {}
 func (RetentionSwept) event()       {}
 func (PartitionChanged) event()     {}

@@ -28,6 +28,11 @@ func connect(t *testing.T, dsn string) (*pgx.Conn, context.Context) {
 	return conn, ctx
 }
 
+// wantFunctions is how many functions the migrations create per table: notify, requeue,
+// requeue_failed, skip and lock_key, and replay_plan, replay_start, replay and
+// replay_cancel (0007).
+const wantFunctions = 9
+
 // objects counts what the migration created for n: the table, its functions and view.
 func objects(t *testing.T, ctx context.Context, conn *pgx.Conn, n table.Name) (tables, functions, views int) {
 	t.Helper()
@@ -72,7 +77,7 @@ func TestUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		if v, dirty := version(t, ctx, dsn, n); v != migrations.Latest() || dirty {
 			t.Fatalf("after up: version %d dirty %v, want %d", v, dirty, migrations.Latest())
 		}
-		if tb, fn, vw := objects(t, ctx, conn, n); tb != 1 || fn != 5 || vw != 1 {
+		if tb, fn, vw := objects(t, ctx, conn, n); tb != 1 || fn != wantFunctions || vw != 1 {
 			t.Fatalf("after up: %d tables, %d functions, %d views", tb, fn, vw)
 		}
 		if err := migrations.Up(ctx, dsn, n); err != nil {
@@ -142,7 +147,7 @@ func TestNonDefaultNamesWorkSideBySideInOneSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if tb, fn, vw := objects(t, ctx, conn, a); tb != 1 || fn != 5 || vw != 1 {
+	if tb, fn, vw := objects(t, ctx, conn, a); tb != 1 || fn != wantFunctions || vw != 1 {
 		t.Fatalf("reverting %s damaged %s: %d tables, %d functions, %d views", b, a, tb, fn, vw)
 	}
 	if v, _ := version(t, ctx, dsn, a); v != migrations.Latest() {

@@ -96,7 +96,7 @@ func TestPartitionedLayoutUpDownUpOnAnEmptyDatabase(t *testing.T) {
 		if k := relkind(t, ctx, conn, n); k != "p" {
 			t.Fatalf("round %d: relkind %q, want a partitioned table", round, k)
 		}
-		if tb, fn, vw := objects(t, ctx, conn, n); tb != 1 || fn != 5 || vw != 1 {
+		if tb, fn, vw := objects(t, ctx, conn, n); tb != 1 || fn != wantFunctions || vw != 1 {
 			t.Fatalf("round %d: %d tables, %d functions, %d views", round, tb, fn, vw)
 		}
 		var def string
@@ -165,7 +165,7 @@ func TestPartitionedLayoutWorksUnderNonDefaultNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if tb, fn, vw := objects(t, ctx, conn, b); tb != 1 || fn != 5 || vw != 1 {
+	if tb, fn, vw := objects(t, ctx, conn, b); tb != 1 || fn != wantFunctions || vw != 1 {
 		t.Fatalf("reverting %s damaged %s: %d tables, %d functions, %d views", a, b, tb, fn, vw)
 	}
 }

@@ -35,12 +35,12 @@ func KeyOrdered(ctx context.Context) bool { return ctx.Value(keyOrderKey{}) != n
 // after an earlier message of its key failed: that one is answered with its error and
 // every later message of the key is held back (KindHeldBack) without being sent. As
 // Publish, it applies the route's prefix and leaves msgs unmodified.
-// Messages without a key are not ordered. Known refusals (Checker) are found before
-// anything is sent; the rest go in as few driver calls as the size bounds allow, each
-// call publishing its messages in order through the middlewares, and a key that fails in one call is held
-// back in the next. Within one call the broker's own order applies: a key's messages
-// go in order on one connection (NATS, JetStream) or in one request per partition
-// (Kafka). That order holds per destination only, so a key's messages in one call all
+// Messages without a key are not ordered. Known refusals (Checker, and messages the
+// stream's format refuses) are found before anything is sent; the rest go in as few
+// driver calls as the size bounds allow, each call publishing its messages in order
+// through the middlewares, and a key that fails in one call is held back in the next.
+// Within one call the broker's own order applies: a key's messages go in order on one
+// connection (NATS, JetStream) or in one request per partition (Kafka). That order holds per destination only, so a key's messages in one call all
 // go to one destination: a message of a key bound elsewhere than the key's earlier
 // messages in the call starts the next call. It returns one error per message, in order.
 func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error {
@@ -48,7 +48,7 @@ func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error 
 	if len(msgs) == 0 {
 		return errs
 	}
-	msgs = p.destined(msgs)
+	msgs, bad := p.destined(msgs)
 	ctx = context.WithValue(ctx, keyOrderKey{}, true)
 	stopped := map[string]int64{} // key → id of its message that did not go through
 	checker := p.checker
@@ -93,6 +93,11 @@ func (p *Publisher) PublishOrdered(ctx context.Context, msgs []Message) []error 
 	}
 	for i := range msgs {
 		if holdBack(i) {
+			continue
+		}
+		if bad != nil && bad[i] != nil {
+			errs[i] = bad[i]
+			stop(i)
 			continue
 		}
 		if checker != nil {

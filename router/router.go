@@ -96,6 +96,9 @@ type Route struct {
 	// DeadLetter carries the stream's messages that failed for good; a nil Driver
 	// means the stream has none.
 	DeadLetter DeadLetter
+	// CloudEvents, when set, publishes the stream's messages as CloudEvents in binary
+	// content mode; Driver must be an EventBinding. Dead letters go out raw.
+	CloudEvents *CloudEvents
 }
 
 // DeadLetter is the driver a stream's dead letters go out through. Their topic is the
@@ -132,7 +135,15 @@ func New(routes []Route, opts ...Option) (*Router, error) {
 		if _, dup := r.pubs[rt.Stream]; dup {
 			return nil, fmt.Errorf("router: stream %q routed twice", rt.Stream)
 		}
-		r.pubs[rt.Stream] = newPublisher(Destination{Stream: rt.Stream, Driver: rt.DriverName}, rt.TopicPrefix, rt.Driver, set.middleware)
+		pub := newPublisher(Destination{Stream: rt.Stream, Driver: rt.DriverName}, rt.TopicPrefix, rt.Driver, set.middleware)
+		if rt.CloudEvents != nil {
+			b, ok := rt.Driver.(EventBinding)
+			if !ok {
+				return nil, fmt.Errorf("router: stream %q: format cloudevents: driver %s has no CloudEvents binding", rt.Stream, rt.DriverName)
+			}
+			pub.events = newEventer(rt.Stream, *rt.CloudEvents, b)
+		}
+		r.pubs[rt.Stream] = pub
 		if dl := rt.DeadLetter; dl.Driver != nil {
 			to := Destination{Stream: rt.Stream, Driver: dl.DriverName, DeadLetter: true}
 			r.dead[rt.Stream] = newPublisher(to, "", dl.Driver, set.middleware)
@@ -173,8 +184,9 @@ func (r *Router) DeadLetter(stream string) (*Publisher, error) {
 // letters.
 type Publisher struct {
 	prefix  string
-	send    Sender  // the middlewares over the guarded driver
-	checker Checker // the driver's, if it is one (PublishOrdered)
+	events  *eventer // nil: messages go out raw
+	send    Sender   // the middlewares over the guarded driver
+	checker Checker  // the driver's, if it is one (PublishOrdered)
 }
 
 func newPublisher(to Destination, prefix string, d Driver, mw []Middleware) *Publisher {
@@ -215,26 +227,62 @@ func guard(driver string, send Sender) Sender {
 
 // Publish sends msgs, whose Topic is the row's topic (the route's prefix is applied
 // here), through the middlewares to the driver and returns one error per message.
-// msgs is not modified.
+// msgs is not modified. A message that cannot be framed as the stream's format asks
+// (a CloudEvent without a type) is not sent and gets its permanent error.
 func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	return p.send(ctx, p.destined(msgs))
+	out, bad := p.destined(msgs)
+	if bad == nil {
+		return p.send(ctx, out)
+	}
+	sendable := make([]Message, 0, len(out))
+	for i := range out {
+		if bad[i] == nil {
+			sendable = append(sendable, out[i])
+		}
+	}
+	if len(sendable) == 0 {
+		return bad
+	}
+	res := p.send(ctx, sendable)
+	j := 0
+	for i := range bad {
+		if bad[i] == nil {
+			bad[i] = res[j]
+			j++
+		}
+	}
+	return bad
 }
 
 // destined is msgs bound for their destination: a copy with the prefix prepended to
-// each topic, or msgs itself when the route has no prefix.
-func (p *Publisher) destined(msgs []Message) []Message {
-	if p.prefix == "" {
-		return msgs
+// each topic and, for a CloudEvents stream, the event's headers; or msgs itself when
+// there is nothing to change. bad holds the permanent error of each message that
+// cannot be framed, and is nil when there is none.
+func (p *Publisher) destined(msgs []Message) (out []Message, bad []error) {
+	if p.prefix == "" && p.events == nil {
+		return msgs, nil
 	}
-	out := make([]Message, len(msgs))
+	out = make([]Message, len(msgs))
 	for i := range msgs {
 		out[i] = msgs[i]
 		out[i].Topic = p.prefix + msgs[i].Topic
+		if p.events == nil {
+			continue
+		}
+		h, err := p.events.event(&msgs[i])
+		if err != nil {
+			if bad == nil {
+				bad = make([]error, len(msgs))
+			}
+			bad[i] = err
+			continue
+		}
+		out[i].Headers = h
 	}
-	return out
+	return out, bad
 }
 
 type duplicatesKey struct{}

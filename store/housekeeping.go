@@ -179,19 +179,19 @@ func (s *Store) Reclaim(ctx context.Context, limit int) ([]time.Duration, error)
 }
 
 // Purge deletes up to limit rows past retention and returns how many it deleted:
-// delivered rows published more than retention ago, then, with what is left of limit,
-// expired rows created more than retention ago (expiry.go). Pending, leased and failed
-// rows are never touched.
+// delivered rows published more than retention ago, raising the purge horizon of their
+// streams (a replay refuses a window reaching back to it), then, with what is left of
+// limit, expired rows created more than retention ago (expiry.go; a replay never takes
+// them, so they move no horizon). Pending, leased and failed rows are never touched.
 func (s *Store) Purge(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.sql.purge, retention.Milliseconds(), limit)
-	if err != nil {
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.sql.purge, retention.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("purge delivered rows from %s: %w", s.table, err)
 	}
-	n := tag.RowsAffected()
 	if n >= int64(limit) {
 		return n, nil
 	}
-	tag, err = s.pool.Exec(ctx, s.sql.purgeExpired, retention.Milliseconds(), int64(limit)-n)
+	tag, err := s.pool.Exec(ctx, s.sql.purgeExpired, retention.Milliseconds(), int64(limit)-n)
 	if err != nil {
 		return n, fmt.Errorf("purge expired rows from %s: %w", s.table, err)
 	}

@@ -156,6 +156,20 @@ const (
 	lockPartitionForDropSQL = `LOCK TABLE ONLY {{partition}} IN ACCESS EXCLUSIVE MODE`
 )
 
+// partitionHorizonSQL raises the purge horizon of every stream (stream ”) to just
+// before the partition's upper bound ($1), when the partition holds a row, in the
+// transaction that drops it: every row it held was created before that bound, and a
+// replay reaching back past it is refused (migration 0007). Rows are timestamps in
+// microseconds, so the bound less one microsecond is the newest instant it could hold.
+// $2 is the retention in ms.
+const partitionHorizonSQL = `
+INSERT INTO {{purged}} AS p (stream, created_through, retention, purged_at)
+SELECT '', $1::timestamptz - interval '1 microsecond', $2 * interval '1 millisecond', now()
+WHERE EXISTS (SELECT 1 FROM {{partition}})
+ON CONFLICT (stream) DO UPDATE
+SET created_through = greatest(p.created_through, excluded.created_through),
+    retention = excluded.retention, purged_at = excluded.purged_at`
+
 // dropPartitionSQL drops a checked partition, under the locks above.
 const dropPartitionSQL = `DROP TABLE {{partition}}`
 
@@ -498,6 +512,10 @@ func (s *Store) dropPartition(ctx context.Context, p partition, retention time.D
 		}
 		keep, err := s.partitionKeeps(ctx, tx, p, retention)
 		if err != nil || keep {
+			return err
+		}
+		if _, err := tx.Exec(ctx, partitionSQL(partitionHorizonSQL, s.table, p.ident, "{{purged}}", s.table.Derived("purged")),
+			p.To, retention.Milliseconds()); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, partitionSQL(dropPartitionSQL, s.table, p.ident)); err != nil {

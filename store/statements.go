@@ -1,6 +1,10 @@
 package store
 
-import "github.com/outboxd/outboxd/table"
+import (
+	"strings"
+
+	"github.com/outboxd/outboxd/table"
+)
 
 // statements holds every SQL text, rendered once for one table. Identifiers are
 // validated and quoted by package table; every value is a parameter.
@@ -26,7 +30,7 @@ func newStatements(n table.Name) statements {
 		deferral:          render(deferSQL, n),
 		fail:              render(failSQL, n),
 		reclaim:           render(reclaimSQL, n),
-		purge:             render(purgeSQL, n),
+		purge:             strings.ReplaceAll(render(purgeSQL, n), "{{purged}}", n.Derived("purged")),
 		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
 
@@ -195,9 +199,13 @@ WHERE m.id = expired.id
 RETURNING (extract(epoch FROM now() - expired.lease_until) * 1000000)::bigint`
 
 // purgeSQL deletes one chunk of delivered rows past retention, oldest first, walking the
-// delivered index. Concurrency: only delivered rows match, and nothing moves a row out
-// of delivered; SKIP LOCKED keeps two purgers (a janitor whose lock connection died and
-// its successor) from waiting on each other. Parameters: $1 retention ms, $2 limit.
+// delivered index, and returns how many it deleted. In the same statement it moves each
+// stream's purge horizon (migration 0007) up to the newest created_at it deleted, so a
+// replay can tell that the rows before it are gone; the horizon and the deletion commit
+// together. Concurrency: only delivered rows match, and nothing moves a row out of
+// delivered; SKIP LOCKED keeps two purgers (a janitor whose lock connection died and its
+// successor) from waiting on each other's rows, and the horizon's upsert only raises it
+// (greatest), whichever commits first. Parameters: $1 retention ms, $2 limit.
 const purgeSQL = `
 WITH doomed AS (
     SELECT id FROM {{table}}
@@ -205,10 +213,19 @@ WITH doomed AS (
     ORDER BY published_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {{table}} AS m
+    USING doomed
+    WHERE m.id = doomed.id
+    RETURNING m.stream, m.created_at
+), horizon AS (
+    INSERT INTO {{purged}} AS p (stream, created_through, retention, purged_at)
+    SELECT stream, max(created_at), $1 * interval '1 millisecond', now() FROM gone GROUP BY stream
+    ON CONFLICT (stream) DO UPDATE
+    SET created_through = greatest(p.created_through, excluded.created_through),
+        retention = excluded.retention, purged_at = excluded.purged_at
 )
-DELETE FROM {{table}} AS m
-USING doomed
-WHERE m.id = doomed.id`
+SELECT count(*) FROM gone`
 
 // backlogSQL samples the named streams, each count from its partial index (claim,
 // lease, failed, expired). The oldest pending age is how long the first row in claim order has

@@ -6,7 +6,7 @@ import (
 )
 
 // allVerbs is every verb outboxd dispatches; TestHelpCoversEveryVerb holds it to main's table.
-var allVerbs = []string{"bench", "config", "demo", "help", "messages", "migrate", "requeue", "run", "skip", "stats", "version"}
+var allVerbs = []string{"bench", "config", "demo", "help", "messages", "migrate", "replay", "requeue", "run", "skip", "stats", "version"}
 
 func TestEveryVerbAnswersHelpAndRefusesUnknownFlags(t *testing.T) {
 	t.Parallel()

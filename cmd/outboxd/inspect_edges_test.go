@@ -287,3 +287,52 @@ func TestSkipAgreesOverHTTPAndTheCLI(t *testing.T) {
 		})
 	}
 }
+
+var replayID = regexp.MustCompile(`"id": [0-9]+`)
+
+func TestReplayAgreesOverHTTPAndTheCLI(t *testing.T) {
+	t.Parallel()
+	e := newEdges(t)
+	e.set(t, asDelivered, e.insertKey(t, "payments", "p-1", 3)...)
+	e.set(t, asDelivered, e.insertKey(t, "payments", "p-2", 2)...)
+	e.insertKey(t, "payments", "p-1", 1) // pending: never replayed
+	copies := func() int { return e.count(t, `headers ? 'Outbox-Replay'`) }
+
+	got := e.agree(t, "POST", "/api/v1/messages/replay", `{"stream": "payments", "key": "p-1", "dry_run": true}`, replayCmd,
+		[]string{"--stream", "payments", "--key", "p-1", "--dry-run"}, nil, nil)
+	if !strings.Contains(got, `"total": 3`) || copies() != 0 {
+		t.Fatalf("a dry run answered %s and left %d copies; want a total of 3 and none", got, copies())
+	}
+	// Each replay runs to its end and copies what was delivered: the CLI's replay, a
+	// new one, copies the same originals again (the HTTP one's copies are pending).
+	got = e.agree(t, "POST", "/api/v1/messages/replay", `{"stream": "payments", "since": "1h"}`, replayCmd,
+		[]string{"--stream", "payments", "--since", "1h"}, nil, func(s string) string { return replayID.ReplaceAllString(s, `"id": ID`) })
+	if !strings.Contains(got, `"copied": 5`) || !strings.Contains(got, `"state": "done"`) || copies() != 10 {
+		t.Fatalf("a replay answered %s and left %d copies; want 5 copied by each edge", got, copies())
+	}
+	e.agree(t, "POST", "/api/v1/messages/replay", `{"resume": 1}`, replayCmd, []string{"--resume", "1"}, nil, nil)
+
+	for _, c := range []refusal{
+		{name: "no stream", body: `{}`, args: nil, status: http.StatusBadRequest},
+		{name: "a resume with a filter", body: `{"resume": 1, "stream": "payments"}`, args: []string{"--resume", "1", "--stream", "payments"},
+			status: http.StatusBadRequest},
+		{name: "both resume and cancel", body: `{"resume": 1, "cancel": 1}`, args: []string{"--resume", "1", "--cancel", "1"},
+			status: http.StatusBadRequest},
+		{name: "a window that ends before it starts", body: `{"stream": "payments", "since": "1h", "until": "2h"}`,
+			args: []string{"--stream", "payments", "--since", "1h", "--until", "2h"}, status: http.StatusBadRequest},
+		{name: "several mistakes at once", body: `{"stream": "a\u0000b", "since": "last week"}`,
+			args: []string{"--stream", "a\x00b", "--since", "last week"}, status: http.StatusBadRequest},
+		{name: "a replay that does not exist", body: `{"resume": 999}`, args: []string{"--resume", "999"}, status: http.StatusConflict},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.method, c.path = "POST", "/api/v1/messages/replay"
+			if c.status == http.StatusBadRequest {
+				c.hint = replayHint
+			}
+			e.refuseAlike(t, replayCmd, "replay", c)
+		})
+	}
+	if copies() != 10 {
+		t.Fatal("a refused replay copied rows")
+	}
+}

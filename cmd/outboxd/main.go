@@ -87,6 +87,7 @@ func init() {
 		"messages": messagesCmd,
 		"requeue":  requeueCmd,
 		"skip":     skipCmd,
+		"replay":   replayCmd,
 		"bench":    benchCmd,
 		"migrate":  migrateCmd,
 		"config":   configCmd,

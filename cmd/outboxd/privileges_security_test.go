@@ -33,6 +33,8 @@ GRANT CONNECT ON DATABASE %[3]s TO %[1]s, %[2]s;
 GRANT USAGE ON SCHEMA outbox TO %[1]s, %[2]s;
 GRANT SELECT, UPDATE, DELETE ON outbox.messages TO %[1]s;
 GRANT SELECT ON outbox.messages_schema_migrations TO %[1]s;
+GRANT SELECT, INSERT, UPDATE ON outbox.messages_purged TO %[1]s;
+GRANT SELECT ON outbox.messages_replays TO %[1]s;
 GRANT INSERT (stream, topic, key, headers, payload, available_at, message_id), SELECT (id)
     ON outbox.messages TO %[2]s;
 `
@@ -195,6 +197,28 @@ func TestADispatcherAndAProducerWorkWithLeastPrivilege(t *testing.T) {
 		}
 	}
 
+	// Replay through the admin API as the dispatcher: the least-privilege janitor left a
+	// purge horizon, which refuses a replay reaching back to it; a replay that would
+	// copy needs grants this role lacks, and the answer says where to look.
+	replay := func(body string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, "POST", "http://"+adminAddr(t, &logs)+"/api/v1/messages/replay", strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := replay(`{"stream": "orders", "dry_run": true}`); code != http.StatusConflict || !strings.Contains(body, "were purged") {
+		t.Errorf("a replay into the purged range as %s: %d %s; want 409 naming the purge", dispatcher, code, body)
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	if code, body := replay(`{"stream": "orders", "since": "` + now + `"}`); code != http.StatusInternalServerError ||
+		!strings.Contains(body, "docs/security.md") {
+		t.Errorf("a replay as %s: %d %s; want 500 pointing at docs/security.md", dispatcher, code, body)
+	}
+
 	// What the dispatcher role may not do.
 	asDispatcher := testenv.Connect(t, withUser(t, dsn, dispatcher))
 	for _, stmt := range []string{
@@ -208,6 +232,8 @@ func TestADispatcherAndAProducerWorkWithLeastPrivilege(t *testing.T) {
 		`UPDATE outbox.messages_schema_migrations SET dirty = true`,
 		`SELECT card_number FROM public.customers`,
 		`SELECT * FROM outbox.messages_stats`,
+		`INSERT INTO outbox.messages_replays (stream, last_id, cursor_id, total) VALUES ('orders', 1, 0, 1)`,
+		`DELETE FROM outbox.messages_purged`,
 	} {
 		wantDenied(t, ctx, asDispatcher, dispatcher, stmt)
 	}
@@ -233,6 +259,8 @@ func TestADispatcherAndAProducerWorkWithLeastPrivilege(t *testing.T) {
 		`UPDATE outbox.messages SET status = 'pending'`,
 		`DELETE FROM outbox.messages`,
 		`SELECT outbox.messages_requeue_failed('orders')`,
+		`SELECT * FROM outbox.messages_replay_start('orders', now())`,
+		`SELECT * FROM outbox.messages_purged`,
 		`SELECT * FROM outbox.messages_stats`,
 		`SELECT card_number FROM public.customers`,
 		`CREATE TABLE outbox.extra (i int)`,

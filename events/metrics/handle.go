@@ -34,6 +34,14 @@ func (m *Metrics) Handle(e events.Event) {
 			s.blockedKeys.Set(float64(e.Keys))
 			s.blockedMessages.Set(float64(e.Waiting))
 		}
+	case events.ReplayProgress:
+		if s, ok := m.streams[e.Stream]; ok {
+			s.replaysRunning.Set(float64(e.Running))
+			s.replayRemaining.Set(float64(e.Remaining))
+			if seen := s.replayedSeen.Swap(e.Copied); e.Copied > seen {
+				s.replayed.Add(float64(e.Copied - seen))
+			}
+		}
 	case events.UnservedStreams:
 		var pending int64
 		var oldest time.Duration

@@ -134,11 +134,11 @@ type Metrics struct {
 // vecs are the labelled families; children for configured values are resolved in New.
 type vecs struct {
 	claimed, published, retried, deferred, released, leaseConflicts *prometheus.CounterVec
-	heldBack, orderViolations, duplicates, expired                  *prometheus.CounterVec
+	heldBack, orderViolations, duplicates, replayed, expired        *prometheus.CounterVec
 	failed, brokerErrors, deadLetter, breakerTransitions            *prometheus.CounterVec
 	lag, publish, batch, iteration                                  *prometheus.HistogramVec
 	oldestAge, backlog, paused, blockedKeys, blockedMessages        *prometheus.GaugeVec
-	flowing                                                         *prometheus.GaugeVec
+	flowing, replaysRunning, replayRemaining                        *prometheus.GaugeVec
 }
 
 // streamSeries are one stream's resolved children.
@@ -160,7 +160,12 @@ type streamSeries struct {
 	// Blocked keys exist for every configured stream and stay 0 on one that is not
 	// ordered (nothing samples it), so a query need not know which streams are.
 	blockedKeys, blockedMessages prometheus.Gauge
-	name, driver                 string
+	// Replays: the gauges as last sampled, and the counter moved by the growth of the
+	// sampled all-time total (replayedSeen, the last total this replica saw).
+	replaysRunning, replayRemaining prometheus.Gauge
+	replayed                        prometheus.Counter
+	replayedSeen                    atomic.Int64
+	name, driver                    string
 }
 
 // New creates every series on reg: for each stream of streams (stream → driver name)
@@ -219,11 +224,17 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 			"Keys of an ordered stream whose head failed for good and was not skipped, as last sampled (0 for a stream that is not ordered).", stream...),
 		blockedMessages: gauge("ordered_blocked_messages",
 			"Messages of an ordered stream waiting behind a failed head, as last sampled (0 for a stream that is not ordered).", stream...),
+		replayed: counter("replay_messages_total",
+			"Delivered messages copied back in line by replays of the stream, as the replays table records them (sampled; every replica counts the same copies).", stream...),
+		replaysRunning: gauge("replays_running", "Replays of the stream still running (not done nor cancelled), as last sampled.", stream...),
+		replayRemaining: gauge("replay_remaining_messages",
+			"Messages the stream's running replays have yet to copy, as last sampled.", stream...),
 	}
 	reg.MustRegister(m.v.claimed, m.v.published, m.v.retried, m.v.deferred, m.v.released, m.v.failed,
 		m.v.leaseConflicts, m.v.brokerErrors, m.v.deadLetter, m.v.breakerTransitions,
 		m.v.lag, m.v.publish, m.v.batch, m.v.iteration, m.v.oldestAge, m.v.backlog, m.v.paused,
-		m.v.heldBack, m.v.orderViolations, m.v.duplicates, m.v.expired, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing)
+		m.v.heldBack, m.v.orderViolations, m.v.duplicates, m.v.expired, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing,
+		m.v.replayed, m.v.replaysRunning, m.v.replayRemaining)
 
 	for _, name := range sortedKeys(streams) {
 		s := m.resolve(name, streams[name])
@@ -232,6 +243,9 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 		s.flowing = m.v.flowing.WithLabelValues(name)
 		s.blockedKeys = m.v.blockedKeys.WithLabelValues(name)
 		s.blockedMessages = m.v.blockedMessages.WithLabelValues(name)
+		s.replayed = m.v.replayed.WithLabelValues(name)
+		s.replaysRunning = m.v.replaysRunning.WithLabelValues(name)
+		s.replayRemaining = m.v.replayRemaining.WithLabelValues(name)
 		for i, st := range backlogStatuses {
 			s.backlog[i] = m.v.backlog.WithLabelValues(name, st)
 		}

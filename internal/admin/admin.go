@@ -1,6 +1,6 @@
 // Package admin is outboxd's HTTP edge, internal to outboxd: health and readiness
 // probes, metrics, and the operators' API. The API's endpoints (stats, message listing,
-// requeue, skip) are thin adapters over internal/ops, which the CLI (`outboxd stats`,
+// requeue, skip, replay) are thin adapters over internal/ops, which the CLI (`outboxd stats`,
 // `messages`, `requeue`, `skip`) shares: this package decodes a request into an ops
 // request, encodes the ops result as it is, and maps the ops errors to statuses in one
 // place (fail). It never reads or changes messages but through ops.
@@ -98,6 +98,7 @@ func New(opt Options) http.Handler {
 		"/healthz": s.healthz, "/readyz": s.readyz, "/metrics": s.metrics,
 		"/api/v1/stats": s.stats, "/api/v1/messages": s.messages,
 		"/api/v1/messages/requeue": s.requeue, "/api/v1/messages/skip": s.skip,
+		"/api/v1/messages/replay": s.replay,
 	}
 	mux := http.NewServeMux()
 	paths := make([]string, len(routes))

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/internal/ops"
 )
@@ -93,6 +94,35 @@ func (s *server) skip(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Info("skipped messages", "skipped", res.Skipped, "ids", len(req.IDs), "stream", req.Stream, "key", key,
 			"head", res.ID, "remote", r.RemoteAddr)
+	}
+	s.answer(w, r, res, err)
+}
+
+// replayBudget is how long one replay request copies before it answers: a replay still
+// running then answers with state "running" and its id, and the client asks again with
+// {"resume": id}. Half the request timeout leaves room for the chunk under way.
+const replayBudget = requestTimeout / 2
+
+func (s *server) replay(w http.ResponseWriter, r *http.Request) {
+	if !s.noParams(w, r) {
+		return
+	}
+	var req ops.ReplayRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	res, err := s.ops.Replay(ctx, req, ops.ReplayOptions{By: "admin API " + r.RemoteAddr, Stop: time.Now().Add(replayBudget)})
+	if err == nil || !errors.Is(err, ops.ErrInvalid) {
+		log := s.log.With("replay", res.ID, "stream", res.Stream, "state", res.State, "copied", res.Copied, "total", res.Total,
+			"dry_run", req.DryRun, "resume", req.Resume, "cancel", req.Cancel, "remote", r.RemoteAddr)
+		if err != nil {
+			log.Warn("replay stopped", "err", err)
+		} else {
+			log.Info("replayed delivered messages")
+		}
 	}
 	s.answer(w, r, res, err)
 }

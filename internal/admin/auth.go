@@ -41,6 +41,7 @@ var routes = []Route{
 	{http.MethodGet, "/api/v1/messages", Read},
 	{http.MethodPost, "/api/v1/messages/requeue", Admin},
 	{http.MethodPost, "/api/v1/messages/skip", Admin},
+	{http.MethodPost, "/api/v1/messages/replay", Admin},
 }
 
 // Routes returns every endpoint the handler serves, with what each asks of a request.

@@ -152,6 +152,10 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		if dl := s.DeadLetter; dl.Driver != "" {
 			rt.DeadLetter = router.DeadLetter{DriverName: dl.Driver, Driver: drivers[dl.Driver]}
 		}
+		if s.Format == config.FormatCloudEvents {
+			ce := s.CloudEvents
+			rt.CloudEvents = &router.CloudEvents{Type: ce.Type, Source: ce.Source, SubjectFromKey: ce.SubjectFromKey}
+		}
 		routes = append(routes, rt)
 	}
 	if d.router, err = router.New(routes, router.WithMiddleware(opt.Middleware...)); err != nil {
@@ -190,7 +194,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	d.janitor = dispatch.NewJanitor(jc, d.store, d.bus, logger)
 	probes := []dispatch.Probe{dispatch.BacklogProbe(d.router.Streams(), d.store),
-		dispatch.UnservedProbe(d.router.Streams(), d.store, logger)}
+		dispatch.UnservedProbe(d.router.Streams(), d.store, logger), dispatch.ReplayProbe(d.router.Streams(), d.store)}
 	if ordered := orderedStreams(cfg); len(ordered) > 0 {
 		probes = append(probes, dispatch.BlockedProbe(ordered, d.store))
 	}

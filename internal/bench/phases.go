@@ -295,6 +295,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 					return err
 				}
 				id, err := b.writer.Enqueue(gctx, tx, b.message(i))
+				sent := time.Now()
 				if err == nil {
 					err = tx.Commit(gctx)
 				}
@@ -302,7 +303,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 					_ = tx.Rollback(context.WithoutCancel(gctx))
 					return err
 				}
-				commits[i] = commit{id: id, at: time.Now()}
+				commits[i] = commit{id: id, at: sent}
 				committedN.Add(1)
 			}
 		})
@@ -334,7 +335,10 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 }
 
 // commitOne commits message i in its own transaction and returns when the commit
-// returned and a channel that receives the message's confirmation time.
+// was sent and a channel that receives the message's confirmation time. The instant
+// the commit was sent, not the one it returned, is the reference: on a loaded machine
+// the dispatcher can confirm the message before the producer's goroutine runs again,
+// which would make a latency negative.
 func (b *bench) commitOne(ctx context.Context, i int, conf *confirmLog) (time.Time, <-chan time.Time, error) {
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -346,10 +350,11 @@ func (b *bench) commitOne(ctx context.Context, i int, conf *confirmLog) (time.Ti
 		return time.Time{}, nil, fmt.Errorf("bench: enqueue: %w", err)
 	}
 	confirmed := conf.wait(id) // before the commit: the row is visible from then on
+	sent := time.Now()
 	if err := tx.Commit(ctx); err != nil {
 		return time.Time{}, nil, fmt.Errorf("bench: commit: %w", err)
 	}
-	return time.Now(), confirmed, nil
+	return sent, confirmed, nil
 }
 
 // confirmLog records when each message (by outbox id) was first confirmed.

@@ -199,7 +199,7 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	row(strings.Repeat(" ", len(idleTitle))+" p90 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P90Ms) })
 	row(strings.Repeat(" ", len(idleTitle))+" p99 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P99Ms) })
 	row(strings.Repeat(" ", len(idleTitle))+" max ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.MaxMs) })
-	fmt.Fprintf(w, "\nlatency: commit returned → the driver's Publish returned nil for the message.\n")
+	fmt.Fprintf(w, "\nlatency: commit sent → the driver's Publish returned nil for the message.\n")
 	fmt.Fprintf(w, "drain: a fresh backlog through `outboxd run` as a child process, whose CPU and peak RSS are shown.\n")
 	if r.OK {
 		fmt.Fprintf(w, "every committed message arrived (%.0fs in all)\n", r.Seconds)

@@ -59,10 +59,20 @@ func killMidBatch() scenario {
 			return nil
 		},
 		expect: func(w *world, o *outcome) error {
-			reclaimed := w.total("outboxd_leases_reclaimed_total")
+			// The janitor counts a reclaim after its statement commits, so another
+			// replica may deliver the rows (and the drain end) before the counter moves:
+			// give the count a few seconds to appear in a fresh scrape.
+			var reclaimed float64
+			err := w.await("a janitor to count the leases it reclaimed", 10*time.Second, func() (bool, error) {
+				if err := w.scrapeAll(); err != nil {
+					return false, err
+				}
+				reclaimed = w.total("outboxd_leases_reclaimed_total")
+				return reclaimed > 0 || leased == 0, nil
+			})
 			w.note("leases reclaimed by the janitors: %.0f", reclaimed)
-			if reclaimed == 0 && leased > 0 {
-				return fmt.Errorf("r2 died holding %d leases and no janitor reclaimed any", leased)
+			if err != nil && leased > 0 {
+				return fmt.Errorf("r2 died holding %d leases and no janitor reclaimed any: %w", leased, err)
 			}
 			return nil
 		},

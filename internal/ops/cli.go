@@ -84,13 +84,18 @@ func (r SkipResult) Summary(req SkipRequest) string {
 // Progress returns a progress callback for a bulk requeue that writes to w: on a
 // terminal one line rewritten in place, which done ends; else a line per report.
 func Progress(w io.Writer, terminal bool) (progress func(done, target int64), done func()) {
+	return ProgressOf(w, terminal, "requeued")
+}
+
+// ProgressOf is Progress for any bulk operation, each report saying "<verb> done/target".
+func ProgressOf(w io.Writer, terminal bool, verb string) (progress func(done, target int64), done func()) {
 	shown := false
 	progress = func(done, target int64) {
 		if terminal {
-			fmt.Fprintf(w, "\r\033[Krequeued %d/%d", done, target)
+			fmt.Fprintf(w, "\r\033[K%s %d/%d", verb, done, target)
 			shown = true
 		} else {
-			fmt.Fprintf(w, "requeued %d/%d\n", done, target)
+			fmt.Fprintf(w, "%s %d/%d\n", verb, done, target)
 		}
 	}
 	return progress, func() {
@@ -135,4 +140,34 @@ func (f *RequeueFlags) Request(fs *flag.FlagSet) (RequeueRequest, error) {
 		req.IDs = ids
 	}
 	return req, nil
+}
+
+// ReplayFlags are outboxd replay's flags: the request's own fields, and the key as the
+// command line gives it. Request turns them into the request.
+type ReplayFlags struct {
+	ReplayRequest
+	key string
+}
+
+// Register declares outboxd replay's flags on fs, except --json.
+func (f *ReplayFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Stream, "stream", "", "replay delivered messages of this stream")
+	fs.StringVar(&f.Since, "since", "", "only messages created at or after this RFC 3339 time, or this long ago (2h)")
+	fs.StringVar(&f.Until, "until", "", "only messages created before this RFC 3339 time, or this long ago")
+	fs.StringVar(&f.key, "key", "", "only messages of this key")
+	fs.StringVar(&f.Topic, "topic", "", "only messages of this topic (as the row holds it, without the stream's prefix)")
+	fs.BoolVar(&f.DryRun, "dry-run", false, "count what would be replayed; copy nothing")
+	fs.Int64Var(&f.Resume, "resume", 0, "go on with the replay of this id, from where it stopped")
+	fs.Int64Var(&f.Cancel, "cancel", 0, "stop the running replay of this id; what it copied stays in line")
+}
+
+// Request is the request the parsed flags of fs make: a key only when --key was given.
+func (f *ReplayFlags) Request(fs *flag.FlagSet) ReplayRequest {
+	req := f.ReplayRequest
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "key" {
+			req.Key = &f.key
+		}
+	})
+	return req
 }

@@ -1,5 +1,5 @@
 // Package ops holds the operators' operations on an outbox table: stats, the message
-// listing, requeue, skip and the description of the configured streams and drivers. It
+// listing, requeue, skip, replay and the description of the configured streams and drivers. It
 // is internal to outboxd: the HTTP API (internal/admin) and the CLI verbs (cmd/outboxd)
 // are thin edges over it, so both answer in the same shapes (its result types are the
 // wire types) and refuse the same mistakes with the same words. Results also write
@@ -37,6 +37,11 @@ type Store interface {
 	RequeueFailed(ctx context.Context, f store.RequeueFilter) (store.RequeueResult, error)
 	Skip(ctx context.Context, ids []int64) (int64, error)
 	SkipHead(ctx context.Context, stream, key string) (id int64, ok bool, err error)
+	PlanReplay(ctx context.Context, f store.ReplayFilter) (int64, error)
+	StartReplay(ctx context.Context, f store.ReplayFilter, who string) (id int64, resumed bool, err error)
+	ReplayChunk(ctx context.Context, id int64, limit int) (store.ReplayProgress, error)
+	CancelReplay(ctx context.Context, id int64) (bool, error)
+	GetReplay(ctx context.Context, id int64) (store.Replay, error)
 }
 
 var _ Store = (*store.Store)(nil)

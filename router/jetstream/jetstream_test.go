@@ -24,18 +24,21 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	routertest.Run(t, func(t *testing.T) *routertest.Harness {
-		b := newBroker(t)
-		return &routertest.Harness{
-			Driver:  newDriver(t, b.srv.URL(), 0),
-			Topic:   b.topic,
-			Receive: b.receive,
-			Refused: func(t *testing.T, topic string) router.Message {
-				return router.Message{ID: 1, Stream: "conformance", Topic: "nostream." + topic, Payload: []byte("refused")}
-			},
-			Unreachable: func(t *testing.T) router.Driver { return newDriver(t, absentServerURL(t), 0) },
-		}
-	})
+	routertest.Run(t, conformanceHarness)
+}
+
+// conformanceHarness wires the suites to a fresh broker (or destination) of its own.
+func conformanceHarness(t *testing.T) *routertest.Harness {
+	b := newBroker(t)
+	return &routertest.Harness{
+		Driver:  newDriver(t, b.srv.URL(), 0),
+		Topic:   b.topic,
+		Receive: b.receive,
+		Refused: func(t *testing.T, topic string) router.Message {
+			return router.Message{ID: 1, Stream: "conformance", Topic: "nostream." + topic, Payload: []byte("refused")}
+		},
+		Unreachable: func(t *testing.T) router.Driver { return newDriver(t, absentServerURL(t), 0) },
+	}
 }
 
 func TestASubjectNoStreamCapturesIsPermanentAndSaysSo(t *testing.T) {

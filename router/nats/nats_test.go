@@ -22,20 +22,23 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	routertest.Run(t, func(t *testing.T) *routertest.Harness {
-		srv := testenv.NewNATS(t)
-		c := newConsumer(t, srv.URL())
-		return &routertest.Harness{
-			Driver:  newDriver(t, srv.URL()),
-			Topic:   c.topic,
-			Receive: c.receive,
-			Refused: func(t *testing.T, topic string) router.Message {
-				// The library sends wildcard subjects; the driver must refuse them itself.
-				return router.Message{ID: 1, Stream: "conformance", Topic: topic + ".*", Payload: []byte("refused")}
-			},
-			Unreachable: func(t *testing.T) router.Driver { return newDriver(t, absentServerURL(t)) },
-		}
-	})
+	routertest.Run(t, conformanceHarness)
+}
+
+// conformanceHarness wires the suites to a fresh broker (or destination) of its own.
+func conformanceHarness(t *testing.T) *routertest.Harness {
+	srv := testenv.NewNATS(t)
+	c := newConsumer(t, srv.URL())
+	return &routertest.Harness{
+		Driver:  newDriver(t, srv.URL()),
+		Topic:   c.topic,
+		Receive: c.receive,
+		Refused: func(t *testing.T, topic string) router.Message {
+			// The library sends wildcard subjects; the driver must refuse them itself.
+			return router.Message{ID: 1, Stream: "conformance", Topic: topic + ".*", Payload: []byte("refused")}
+		},
+		Unreachable: func(t *testing.T) router.Driver { return newDriver(t, absentServerURL(t)) },
+	}
 }
 
 func TestAnOversizePayloadIsPermanentAndTheRestOfItsBatchIsDelivered(t *testing.T) {
