@@ -134,8 +134,12 @@ type Stream struct {
 	Flow bool `yaml:"flow"`
 	// FlowRate is how many notifications a second start a flow. Tests and small
 	// deployments lower it to make a flow (and its failure modes) reachable.
-	FlowRate   int        `yaml:"flow_rate"`
-	DeadLetter DeadLetter `yaml:"dead_letter"`
+	FlowRate int `yaml:"flow_rate"`
+	// TTL is how long after its INSERT a message may still be published; one still
+	// undelivered then is expired instead (docs/contract.md). 0: no limit; a message's
+	// own expires_at applies either way, whichever comes first.
+	TTL        time.Duration `yaml:"ttl"`
+	DeadLetter DeadLetter    `yaml:"dead_letter"`
 	// Format frames the stream's messages: FormatRaw as the producer wrote them, or
 	// FormatCloudEvents as CloudEvents in binary content mode (docs/contract.md).
 	Format      string      `yaml:"format"`
@@ -164,6 +168,8 @@ type CloudEvents struct {
 type DeadLetter struct {
 	Driver string `yaml:"driver"`
 	Topic  string `yaml:"topic"`
+	// Expired sends the stream's expired messages there too, not only failed ones.
+	Expired bool `yaml:"expired"`
 }
 
 // Driver configures one destination. Type selects a registered driver type (see

@@ -121,7 +121,12 @@ func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver, 
 	if s.MaxDefer != 0 && s.MaxDefer < time.Second {
 		v.Add(k("max_defer"), "must be 0 (unbounded) or at least 1s, got %s", formatDuration(s.MaxDefer))
 	}
+	if s.TTL < 0 || (s.TTL > 0 && s.TTL < time.Second) {
+		v.Add(k("ttl"), "must be 0 (no expiry) or at least 1s, got %s", formatDuration(s.TTL))
+	}
 	switch dl := s.DeadLetter; {
+	case dl.Expired && dl.Driver == "":
+		v.Add(k("dead_letter.expired"), "needs dead_letter.driver and dead_letter.topic: there is nowhere to send expired messages")
 	case dl.Driver != "" && dl.Topic == "":
 		v.Add(k("dead_letter.topic"), "required when dead_letter.driver is set")
 	case dl.Driver == "" && dl.Topic != "":

@@ -21,7 +21,7 @@ const (
 	HeaderDeadLetterStream   = "Outbox-Dead-Letter-Stream"
 	HeaderDeadLetterTopic    = "Outbox-Dead-Letter-Topic" // the row's topic, before the stream's prefix
 	HeaderDeadLetterAttempts = "Outbox-Dead-Letter-Attempts"
-	HeaderDeadLetterReason   = "Outbox-Dead-Letter-Reason" // permanent, attempts_exhausted or max_defer
+	HeaderDeadLetterReason   = "Outbox-Dead-Letter-Reason" // permanent, attempts_exhausted, max_defer or expired
 	HeaderDeadLetterError    = "Outbox-Dead-Letter-Error"  // the row's last_error
 )
 
@@ -33,6 +33,9 @@ type DeadLetterRoute struct {
 	Stream    string
 	Topic     string
 	Publisher Publisher
+	// Expired forwards the stream's expired messages too (events.MessageExpired), with
+	// reason "expired" (streams.<name>.dead_letter.expired).
+	Expired bool
 }
 
 // DeadLetterConfig is the forwarder's routes (one per stream at most; a later route for
@@ -103,24 +106,39 @@ func NewDeadLetterForwarder(cfg DeadLetterConfig, emit Emitter, logger *slog.Log
 }
 
 // Wants reports whether Handle would forward e: a MessageFailed of a stream with a
-// route. It is cheap and never blocks, as a bus filter must be.
+// route, or a MessageExpired of a stream whose route takes them. It is cheap and never blocks, as a bus filter must be.
 func (f *DeadLetterForwarder) Wants(e events.Event) bool {
-	m, ok := e.(events.MessageFailed)
-	if !ok {
-		return false
-	}
-	_, ok = f.routes[m.Stream]
+	_, _, ok := f.route(e)
 	return ok
 }
 
-// Handle forwards e if it is a MessageFailed of a routed stream and ignores anything
-// else. It returns when the message is forwarded, given up, or Close was called.
-func (f *DeadLetterForwarder) Handle(e events.Event) {
-	m, ok := e.(events.MessageFailed)
-	if !ok {
-		return
+// route returns the message e asks to forward and its route: a MessageFailed of a
+// routed stream, or a MessageExpired of a stream whose route takes expired messages
+// (as a MessageFailed with reason "expired"). ok is false for anything else.
+func (f *DeadLetterForwarder) route(e events.Event) (events.MessageFailed, DeadLetterRoute, bool) {
+	var m events.MessageFailed
+	switch e := e.(type) {
+	case events.MessageFailed:
+		m = e
+	case events.MessageExpired:
+		m = events.MessageFailed{Stream: e.Stream, ID: e.ID, Topic: e.Topic, Key: e.Key,
+			Headers: e.Headers, Payload: e.Payload, MessageID: e.MessageID, DedupID: e.DedupID,
+			Attempts: e.Attempts, Reason: reasonExpired, Err: e.Err}
+	default:
+		return m, DeadLetterRoute{}, false
 	}
 	route, ok := f.routes[m.Stream]
+	if !ok || (m.Reason == reasonExpired && !route.Expired) {
+		return m, DeadLetterRoute{}, false
+	}
+	return m, route, true
+}
+
+// Handle forwards e if it is a MessageFailed of a routed stream (or a MessageExpired
+// its route takes) and ignores anything else. It returns when the message is
+// forwarded, given up, or Close was called.
+func (f *DeadLetterForwarder) Handle(e events.Event) {
+	m, route, ok := f.route(e)
 	if !ok {
 		return
 	}
@@ -182,7 +200,7 @@ func (f *DeadLetterForwarder) publish(route DeadLetterRoute, msg router.Message)
 
 func (f *DeadLetterForwarder) giveUp(m events.MessageFailed, attempts int, err error) {
 	f.emit.Emit(events.DeadLetterForwarded{Stream: m.Stream, ID: m.ID, Result: events.DeadLetterGaveUp, Err: err})
-	f.log.Error("dead letter given up; the row stays failed in the outbox table", "stream", m.Stream, "id", m.ID,
+	f.log.Error("dead letter given up; the row keeps its status (failed or expired) in the outbox table", "stream", m.Stream, "id", m.ID,
 		"reason", m.Reason, "attempts", attempts, "err", err)
 }
 

@@ -18,12 +18,16 @@ const (
 	DefaultFailureLogInterval = time.Minute
 )
 
+// reasonExpired is the reason a log line and a dead letter give an expired message,
+// beside MessageFailed's permanent, attempts_exhausted and max_defer.
+const reasonExpired = "expired"
+
 // failureLogKeyBytes bounds the key a line shows: keys are producers' bytes, of any
 // length.
 const failureLogKeyBytes = 128
 
 // FailureLog writes one WARN line per message that failed for good (events.MessageFailed)
-// so that an operator sees which message, of which key, failed and why, without a query.
+// or expired before delivery (events.MessageExpired, reason "expired") so that an operator sees which message, of which key, failed and why, without a query.
 // Lines are limited per stream: a poisoned stream failing thousands of messages a second
 // logs its first burst of every interval in full and then one line counting the rest,
 // and never crowds out another stream's failures, which have their own allowance.
@@ -68,17 +72,28 @@ func NewFailureLog(cfg FailureLogConfig, logger *slog.Logger) *FailureLog {
 	return &FailureLog{cfg: cfg, log: logger, streams: map[string]*failureWindow{}}
 }
 
-// IsMessageFailed selects the events the failure log handles (events.Filter).
+// IsMessageFailed selects the events the failure log handles (events.Filter): messages
+// failed for good and messages expired before delivery.
 func IsMessageFailed(e events.Event) bool {
-	_, ok := e.(events.MessageFailed)
-	return ok
+	switch e.(type) {
+	case events.MessageFailed, events.MessageExpired:
+		return true
+	}
+	return false
 }
 
-// Handle logs or counts one event; events other than MessageFailed are ignored. Safe for
-// concurrent use.
+// Handle logs or counts one event; events other than MessageFailed and MessageExpired
+// are ignored. An expiry shares its stream's allowance with the failures: both are
+// messages that will not reach the broker. Safe for concurrent use.
 func (l *FailureLog) Handle(e events.Event) {
-	f, ok := e.(events.MessageFailed)
-	if !ok {
+	var f events.MessageFailed
+	switch e := e.(type) {
+	case events.MessageFailed:
+		f = e
+	case events.MessageExpired:
+		f = events.MessageFailed{Stream: e.Stream, ID: e.ID, Topic: e.Topic, Key: e.Key,
+			Attempts: e.Attempts, Reason: reasonExpired, Err: e.Err}
+	default:
 		return
 	}
 	now := time.Now()
@@ -96,8 +111,11 @@ func (l *FailureLog) Handle(e events.Event) {
 	}
 	if w.logged < l.cfg.Burst {
 		w.logged++
-		l.log.Warn("message failed for good; its row stays failed in the outbox table",
-			"stream", f.Stream, "id", f.ID, "key", showKey(f.Key), "topic", f.Topic,
+		msg := "message failed for good; its row stays failed in the outbox table"
+		if f.Reason == reasonExpired {
+			msg = "message expired before delivery and was not published; its row is marked expired in the outbox table"
+		}
+		l.log.Warn(msg, "stream", f.Stream, "id", f.ID, "key", showKey(f.Key), "topic", f.Topic,
 			"attempts", f.Attempts, "reason", f.Reason, "err", f.Err)
 		return
 	}
@@ -131,7 +149,7 @@ func (l *FailureLog) summarize(stream string, w *failureWindow) {
 	if w.suppressed == 0 {
 		return
 	}
-	l.log.Warn(fmt.Sprintf("%d more messages of stream %s failed for good; not logged, to keep the log readable (limit: %d a stream every %s)",
+	l.log.Warn(fmt.Sprintf("%d more messages of stream %s failed for good or expired; not logged, to keep the log readable (limit: %d a stream every %s)",
 		w.suppressed, stream, l.cfg.Burst, l.cfg.Interval),
 		"stream", stream, "suppressed", w.suppressed, "interval", l.cfg.Interval)
 	w.suppressed = 0

@@ -375,10 +375,25 @@ func (p *Pipeline) closed() bool {
 func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseTTL-p.cfg.PublishTimeout)
 	defer cancel()
+	var c store.Claim
+	var err error
 	if p.ordered != nil {
-		return p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
+		c, err = p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
+	} else {
+		c, err = p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
 	}
-	return p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+	p.reportExpired(c.Expired)
+	return c, err
+}
+
+// reportExpired emits one event per row the claim's expiry sweep expired (store
+// expiry.go): counted, logged and, where configured, dead-lettered by the subscribers.
+func (p *Pipeline) reportExpired(rows []store.Expired) {
+	for _, e := range rows {
+		p.emit.Emit(events.MessageExpired{Stream: p.cfg.Stream, ID: e.ID, Topic: e.Topic, Key: e.Key,
+			Headers: e.Headers, Payload: e.Payload, MessageID: e.MessageID, DedupID: e.DedupID,
+			Attempts: e.Attempts, Err: e.Reason})
+	}
 }
 
 // sleep waits for d, ctx's end, or (when wakeable) a wake-up.

@@ -115,6 +115,23 @@ type MessageFailed struct {
 	Err       string // the text stored in last_error
 }
 
+// MessageExpired reports one message a claim's expiry sweep marked expired: still
+// pending when its expires_at, or its stream's ttl, ran out (docs/contract.md). Like
+// MessageFailed it carries what the dead-letter forwarder republishes, shared and not
+// to be modified; Err is the reason stored in last_error.
+type MessageExpired struct {
+	Stream    string
+	ID        int64
+	Topic     string // the row's topic, before the stream's prefix
+	Key       []byte
+	Headers   map[string]string
+	Payload   []byte
+	MessageID string
+	DedupID   string
+	Attempts  int // attempts spent before it expired
+	Err       string
+}
+
 // LeasesReclaimed reports expired leases handed back to pending by the janitor.
 type LeasesReclaimed struct {
 	Count int
@@ -221,6 +238,7 @@ func (ListenerState) event()  {}
 func (FlowChanged) event()    {}
 
 func (MessageFailed) event()        {}
+func (MessageExpired) event()       {}
 func (LeasesReclaimed) event()      {}
 func (Backlog) event()              {}
 func (BlockedKeys) event()          {}

@@ -38,6 +38,7 @@ var badInputs = []struct {
 	{"Invalid UTF-8 in the key is refused", "key", func(m *producer.Message) { m.Key = "\xff\xfe" }},
 	{"A NUL byte in a header value is refused", "headers", func(m *producer.Message) { m.Headers = map[string]string{"trace": "a\x00b"} }},
 	{"Invalid UTF-8 in the message id is refused", "message_id", func(m *producer.Message) { m.MessageID = "id-\xc3" }},
+	{"An expiry not after the message's availability is refused", "expires_at", func(m *producer.Message) { m.ExpiresAt = m.AvailableAt }},
 }
 
 func TestTheClientRefusesABadMessageBeforeWritingAnything(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // the caller's transaction is untouched. Check for it with errors.As.
 type InvalidMessageError struct {
 	Index  int    // position in the batch; -1 for a single Enqueue
-	Field  string // "stream", "topic", "payload" or "headers"
+	Field  string // "stream", "topic", "payload", "headers", "expires_at", …
 	Reason string
 }
 
@@ -42,6 +42,10 @@ func check(i int, m *Message) error {
 		return &InvalidMessageError{Index: i, Field: "topic", Reason: "must not be empty"}
 	case m.Payload == nil:
 		return &InvalidMessageError{Index: i, Field: "payload", Reason: "must not be nil (use []byte{} for an empty payload)"}
+	}
+	if !m.ExpiresAt.IsZero() && !m.AvailableAt.IsZero() && !m.ExpiresAt.After(m.AvailableAt) {
+		return &InvalidMessageError{Index: i, Field: "expires_at",
+			Reason: "must be after available_at (" + m.AvailableAt.Format(time.RFC3339Nano) + "): the message could never be delivered"}
 	}
 	if _, ok := m.Headers[""]; ok {
 		return &InvalidMessageError{Index: i, Field: "headers", Reason: "a header name must not be empty"}
@@ -111,4 +115,15 @@ func availableAt(t time.Time) any {
 		return nil
 	}
 	return t
+}
+
+// expiring reports whether any message sets ExpiresAt, which needs the statements that
+// name expires_at.
+func expiring(msgs []Message) bool {
+	for i := range msgs {
+		if !msgs[i].ExpiresAt.IsZero() {
+			return true
+		}
+	}
+	return false
 }

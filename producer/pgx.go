@@ -17,9 +17,12 @@ func (w *Writer) Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (id int64,
 	if err := check(-1, &msg); err != nil {
 		return 0, err
 	}
-	err = tx.QueryRow(ctx, w.insertOne, msg.Stream, msg.Topic, nullable(msg.Key),
-		headersJSON(msg.Headers), msg.Payload, availableAt(msg.AvailableAt), nullable(msg.MessageID),
-	).Scan(&id)
+	stmt, args := w.insertOne, []any{msg.Stream, msg.Topic, nullable(msg.Key),
+		headersJSON(msg.Headers), msg.Payload, availableAt(msg.AvailableAt), nullable(msg.MessageID)}
+	if !msg.ExpiresAt.IsZero() {
+		stmt, args = w.insertOneExpiring, append(args, msg.ExpiresAt)
+	}
+	err = tx.QueryRow(ctx, stmt, args...).Scan(&id)
 	if err != nil {
 		return 0, w.wrap(err)
 	}
@@ -29,9 +32,9 @@ func (w *Writer) Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (id int64,
 // EnqueueBatch writes msgs inside tx in one statement, their ids in slice order. Every
 // message is checked first: if one is invalid, none is written. An empty batch sends nothing.
 //
-// A batch in which no message sets AvailableAt is written with COPY, which PostgreSQL
-// inserts in bulk (about 30% faster than the INSERT at 500 messages); any other batch with
-// one INSERT over arrays.
+// A batch in which no message sets AvailableAt or ExpiresAt is written with COPY, which
+// PostgreSQL inserts in bulk (about 30% faster than the INSERT at 500 messages); any
+// other batch with one INSERT over arrays.
 func (w *Writer) EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 	if err := w.ready(); err != nil {
 		return err
@@ -41,6 +44,9 @@ func (w *Writer) EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) er
 	}
 	if len(msgs) == 0 {
 		return nil
+	}
+	if expiring(msgs) {
+		return w.enqueueUnnest(ctx, tx, msgs)
 	}
 	for i := range msgs {
 		if !msgs[i].AvailableAt.IsZero() {
@@ -61,7 +67,11 @@ func (w *Writer) enqueueUnnest(ctx context.Context, tx pgx.Tx, msgs []Message) e
 		payloads   = make([][]byte, len(msgs))
 		available  = make([]*time.Time, len(msgs))
 		messageIDs = make([]*string, len(msgs))
+		expires    []*time.Time // only when a message sets ExpiresAt
 	)
+	if expiring(msgs) {
+		expires = make([]*time.Time, len(msgs))
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		streams[i], topics[i] = m.Stream, m.Topic
@@ -76,8 +86,15 @@ func (w *Writer) enqueueUnnest(ctx context.Context, tx pgx.Tx, msgs []Message) e
 		if m.MessageID != "" {
 			messageIDs[i] = &m.MessageID
 		}
+		if expires != nil && !m.ExpiresAt.IsZero() {
+			expires[i] = &m.ExpiresAt
+		}
 	}
-	_, err := tx.Exec(ctx, w.insertUnnest, streams, topics, keys, headers, payloads, available, messageIDs)
+	stmt, args := w.insertUnnest, []any{streams, topics, keys, headers, payloads, available, messageIDs}
+	if expires != nil {
+		stmt, args = w.insertUnnestExpiring, append(args, expires)
+	}
+	_, err := tx.Exec(ctx, stmt, args...)
 	if err != nil {
 		return w.wrap(err)
 	}

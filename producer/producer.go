@@ -52,6 +52,12 @@ type Message struct {
 	// MessageID is a caller-supplied id the broker and consumers deduplicate on instead of
 	// the outbox id; "" stores NULL.
 	MessageID string
+	// ExpiresAt is the instant after which the message must not be published: if it is
+	// still undelivered then (database clock, judged when outboxd claims it), it becomes
+	// expired instead (docs/contract.md). The zero time means no expiry of its own; the
+	// stream's ttl, if configured, still applies. It must be after AvailableAt when both
+	// are set. Setting it needs schema version 6.
+	ExpiresAt time.Time
 }
 
 // Writer writes messages to one outbox table. Its statements are built once by New; it
@@ -59,12 +65,16 @@ type Message struct {
 type Writer struct {
 	table table.Name
 
-	insertOne    string         // one row, RETURNING id; pgx and database/sql alike
-	insertUnnest string         // a pgx batch as arrays, one statement
-	copyTable    pgx.Identifier // COPY target for a pgx batch without AvailableAt
-	insertValues string         // database/sql: maxSQLRows rows of VALUES
-	valuesEnd    []int          // valuesEnd[n] is the length of insertValues holding n rows
-	lockKey      string         // the table's key lock function, called with stream and key
+	insertOne    string // one row, RETURNING id; pgx and database/sql alike
+	insertUnnest string // a pgx batch as arrays, one statement
+	// The same, naming expires_at, for messages that set ExpiresAt.
+	insertOneExpiring, insertUnnestExpiring string
+	// valuesExpiring is insertValues naming expires_at, built on first use.
+	valuesExpiring func() (string, []int)
+	copyTable      pgx.Identifier // COPY target for a pgx batch without AvailableAt
+	insertValues   string         // database/sql: maxSQLRows rows of VALUES
+	valuesEnd      []int          // valuesEnd[n] is the length of insertValues holding n rows
+	lockKey        string         // the table's key lock function, called with stream and key
 }
 
 // New returns a Writer for the outbox table n. The name is validated here, so nothing
@@ -75,9 +85,12 @@ func New(n table.Name) (*Writer, error) {
 	}
 	w := &Writer{table: n, copyTable: pgx.Identifier{n.Schema, n.Table}}
 	q := n.Qualified()
-	w.insertOne = insertOneSQL(q)
-	w.insertUnnest = insertUnnestSQL(q)
-	w.insertValues, w.valuesEnd = insertValuesSQL(q)
+	w.insertOne = insertOneSQL(q, false)
+	w.insertUnnest = insertUnnestSQL(q, false)
+	w.insertOneExpiring = insertOneSQL(q, true)
+	w.insertUnnestExpiring = insertUnnestSQL(q, true)
+	w.insertValues, w.valuesEnd = insertValuesSQL(q, false)
+	w.valuesExpiring = sync.OnceValues(func() (string, []int) { return insertValuesSQL(q, true) })
 	w.lockKey = lockKeySQL(n.Derived("lock_key"))
 	return w, nil
 }

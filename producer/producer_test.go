@@ -43,6 +43,15 @@ func delayed() []producer.Message {
 	return msgs
 }
 
+// expiring is delayed with one message that expires and one that expires in the past
+// (kept as written: the dispatcher judges expiry, not the producer).
+func expiring() []producer.Message {
+	msgs := delayed()
+	msgs[0].ExpiresAt = later.Add(time.Hour)
+	msgs[1].ExpiresAt = earlier
+	return msgs
+}
+
 // checkRows fails t unless got holds exactly msgs, in order, as the client should store them.
 func checkRows(t *testing.T, got []row, msgs []producer.Message) {
 	t.Helper()
@@ -73,6 +82,12 @@ func checkRows(t *testing.T, got []row, msgs []producer.Message) {
 			// Both default to the inserting statement's timestamp: the database clock.
 			t.Errorf("row %d: available_at = %v, want created_at %v", i, r.AvailableAt, r.CreatedAt)
 		}
+		switch {
+		case m.ExpiresAt.IsZero() && r.ExpiresAt != nil:
+			t.Errorf("row %d: expires_at = %v, want NULL", i, *r.ExpiresAt)
+		case !m.ExpiresAt.IsZero() && (r.ExpiresAt == nil || !r.ExpiresAt.Equal(m.ExpiresAt)):
+			t.Errorf("row %d: expires_at = %v, want %v", i, r.ExpiresAt, m.ExpiresAt)
+		}
 		if i > 0 && r.ID <= got[i-1].ID {
 			t.Errorf("row %d: id %d does not follow id %d of the message before it", i, r.ID, got[i-1].ID)
 		}
@@ -95,6 +110,7 @@ func sets(ep entryPoint) map[string]func() []producer.Message {
 	s := map[string]func() []producer.Message{"messages due at once": immediate}
 	if ep.name != "EnqueueBatch by COPY" {
 		s["messages some of which are delayed"] = delayed
+		s["messages some of which expire"] = expiring
 	}
 	return s
 }

@@ -176,13 +176,14 @@ type row struct {
 	MessageID   *string
 	CreatedAt   time.Time
 	Status      string
+	ExpiresAt   *time.Time
 }
 
 // rows reads every row of table n in id order.
 func (e *env) rows(t testing.TB, n table.Name) []row {
 	t.Helper()
 	rs, err := e.pg.Pool.Query(ctx(t), `SELECT id, stream, topic, key, headers, payload, available_at,
-		message_id, created_at, status FROM `+n.Qualified()+` ORDER BY id`)
+		message_id, created_at, status, expires_at FROM `+n.Qualified()+` ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

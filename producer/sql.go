@@ -17,9 +17,12 @@ func (w *Writer) EnqueueSQL(ctx context.Context, tx *sql.Tx, msg Message) (id in
 	if err := check(-1, &msg); err != nil {
 		return 0, err
 	}
-	err = tx.QueryRowContext(ctx, w.insertOne, msg.Stream, msg.Topic, nullable(msg.Key),
-		headersJSON(msg.Headers), msg.Payload, availableAt(msg.AvailableAt), nullable(msg.MessageID),
-	).Scan(&id)
+	stmt, args := w.insertOne, []any{msg.Stream, msg.Topic, nullable(msg.Key),
+		headersJSON(msg.Headers), msg.Payload, availableAt(msg.AvailableAt), nullable(msg.MessageID)}
+	if !msg.ExpiresAt.IsZero() {
+		stmt, args = w.insertOneExpiring, append(args, msg.ExpiresAt)
+	}
+	err = tx.QueryRowContext(ctx, stmt, args...).Scan(&id)
 	if err != nil {
 		return 0, w.wrap(err)
 	}
@@ -36,7 +39,11 @@ func (w *Writer) EnqueueBatchSQL(ctx context.Context, tx *sql.Tx, msgs []Message
 	if err := checkAll(msgs); err != nil {
 		return err
 	}
-	args := make([]any, 0, min(len(msgs), maxSQLRows)*paramsPerRow)
+	text, ends, exp := w.insertValues, w.valuesEnd, expiring(msgs)
+	if exp {
+		text, ends = w.valuesExpiring()
+	}
+	args := make([]any, 0, min(len(msgs), maxSQLRows)*expiringParams)
 	for len(msgs) > 0 {
 		chunk := msgs[:min(len(msgs), maxSQLRows)]
 		msgs = msgs[len(chunk):]
@@ -45,8 +52,11 @@ func (w *Writer) EnqueueBatchSQL(ctx context.Context, tx *sql.Tx, msgs []Message
 			m := &chunk[i]
 			args = append(args, m.Stream, m.Topic, nullable(m.Key), headersJSON(m.Headers),
 				m.Payload, availableAt(m.AvailableAt), nullable(m.MessageID))
+			if exp {
+				args = append(args, availableAt(m.ExpiresAt))
+			}
 		}
-		if _, err := tx.ExecContext(ctx, w.insertValues[:w.valuesEnd[len(chunk)]], args...); err != nil {
+		if _, err := tx.ExecContext(ctx, text[:ends[len(chunk)]], args...); err != nil {
 			return w.wrap(err)
 		}
 	}

@@ -178,16 +178,24 @@ func (s *Store) Reclaim(ctx context.Context, limit int) ([]time.Duration, error)
 	return overdue, nil
 }
 
-// Purge deletes up to limit delivered rows published more than retention ago and
-// returns how many it deleted, raising the purge horizon of their streams (a replay
-// refuses a window reaching back to it). Pending, leased and failed rows are never
-// touched.
+// Purge deletes up to limit rows past retention and returns how many it deleted:
+// delivered rows published more than retention ago, raising the purge horizon of their
+// streams (a replay refuses a window reaching back to it), then, with what is left of
+// limit, expired rows created more than retention ago (expiry.go; a replay never takes
+// them, so they move no horizon). Pending, leased and failed rows are never touched.
 func (s *Store) Purge(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, s.sql.purge, retention.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("purge delivered rows from %s: %w", s.table, err)
 	}
-	return n, nil
+	if n >= int64(limit) {
+		return n, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.purgeExpired, retention.Milliseconds(), int64(limit)-n)
+	if err != nil {
+		return n, fmt.Errorf("purge expired rows from %s: %w", s.table, err)
+	}
+	return n + tag.RowsAffected(), nil
 }
 
 // Backlog is one stream's sampled state.
@@ -197,6 +205,7 @@ type Backlog struct {
 	Leased           int64
 	Failed           int64
 	Deferred         int64
+	Expired          int64         // expired rows retention still keeps
 	OldestPendingAge time.Duration // how long the oldest due pending row has waited; 0 when none is due
 }
 
@@ -215,7 +224,7 @@ func (s *Store) Backlogs(ctx context.Context, streams []string) ([]Backlog, erro
 	for rows.Next() {
 		var b Backlog
 		var ageUs *int64
-		if err := rows.Scan(&b.Stream, &b.Pending, &b.Leased, &b.Failed, &b.Deferred, &ageUs); err != nil {
+		if err := rows.Scan(&b.Stream, &b.Pending, &b.Leased, &b.Failed, &b.Deferred, &b.Expired, &ageUs); err != nil {
 			return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
 		}
 		if ageUs != nil && *ageUs > 0 {

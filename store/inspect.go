@@ -31,7 +31,7 @@ import (
 )
 
 // Statuses is the table's status domain (constraint <table>_status_domain).
-var Statuses = []string{"pending", "leased", "delivered", "failed"}
+var Statuses = []string{"pending", "leased", "delivered", "failed", "expired"}
 
 // MaxListLimit bounds one ListMessages page.
 const MaxListLimit = 10000
@@ -162,12 +162,13 @@ WHERE id > $1
 ORDER BY id
 LIMIT $6`
 
-// listBacklogSQL is listSQL for the backlog statuses (pending, leased, failed). Their
-// rows are few and usually the newest, so walking the primary key would pass over
-// every delivered row first, while the planner, assuming an even spread, prefers that
-// walk. The MATERIALIZED fence makes it collect the matching ids from the status's
-// partial index (claim or undelivered, lease, failed) instead, so the cost follows the
-// backlog, not the delivered rows kept; the page is then read by primary key.
+// listBacklogSQL is listSQL for the backlog statuses (pending, leased, failed) and for
+// expired rows. Their rows are few and usually the newest, so walking the primary key
+// would pass over every delivered row first, while the planner, assuming an even
+// spread, prefers that walk. The MATERIALIZED fence makes it collect the matching ids
+// from the status's partial index (claim or undelivered, lease, failed, expired)
+// instead, so the cost follows the backlog, not the delivered rows kept; the page is
+// then read by primary key.
 // Concurrency and parameters as listSQL; $2 is never NULL here.
 const listBacklogSQL = `
 WITH matching AS MATERIALIZED (
@@ -269,7 +270,7 @@ func (s *Store) ListMessages(ctx context.Context, f MessageFilter) ([]MessageSum
 		return nil, fmt.Errorf("list messages in %s: %w", s.table, err)
 	}
 	sql := listSQL
-	if f.Status == "pending" || f.Status == "leased" || f.Status == "failed" {
+	if f.Status == "pending" || f.Status == "leased" || f.Status == "failed" || f.Status == "expired" {
 		sql = listBacklogSQL
 	}
 	rows, err := s.pool.Query(ctx, s.inspectSQL(sql), pgx.QueryExecModeExec,

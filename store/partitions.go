@@ -5,8 +5,8 @@ package store
 // Invariants:
 //   - A time partition is dropped only inside a transaction that holds ACCESS EXCLUSIVE
 //     locks on the table and on the partition and has seen, under those locks, that the
-//     partition's upper bound and every row in it (all delivered) are older than
-//     now() − retention. A pending, leased or failed row is never dropped.
+//     partition's upper bound and every row in it (all delivered or expired) are older
+//     than now() − retention. A pending, leased or failed row is never dropped.
 //   - Rows are never moved between partitions. A partition whose range already has rows
 //     in the default partition is not created; the caller gets a PartitionOverlapError.
 //   - Bounds come from the database clock and are UTC instants aligned to multiples of
@@ -122,8 +122,10 @@ const (
 
 // partitionKeepsSQL tells whether the partition {{partition}} must be kept: its upper
 // bound ($1) is not older than now() − retention ($2 ms), or it holds a row that is
-// pending, leased, failed, or delivered within retention. The table's status domain
-// constraint makes the four probes exhaustive, and each walks a partial index (claim,
+// pending, leased, failed, or delivered within retention. Expired rows do not keep it:
+// like the plain layout's purge (purgeExpiredSQL), their retention counts from
+// created_at, and the whole partition's range is older than that. The table's status
+// domain constraint makes the probes exhaustive, and each walks a partial index (claim,
 // lease, failed, delivered), so the answer costs nothing like a scan of the delivered
 // rows. Run once without locks to pass over partitions that are plainly kept, and
 // again under the drop's locks, where its fresh snapshot sees every committed change.

@@ -13,14 +13,16 @@ type statements struct {
 	claimOrderedFirst, claimOrderedAfter                 string
 	versionTableExists, schemaVersion                    string
 	reclaim, purge, backlog                              string
+	expire, purgeExpired                                 string
 }
 
 func newStatements(n table.Name) statements {
 	return statements{
-		claim: render(claimSQL, n),
+		claim:  render(renderLive(claimSQL, "$6"), n),
+		expire: render(renderLive(expireSQL, "$2"), n),
 
-		claimOrderedFirst: render(renderOrderedClaim(">= $6", orderedClaimSQL), n),
-		claimOrderedAfter: render(renderOrderedClaim("> $6", orderedClaimSQL), n),
+		claimOrderedFirst: render(renderLive(renderOrderedClaim(">= $6", orderedClaimSQL), "$7"), n),
+		claimOrderedAfter: render(renderLive(renderOrderedClaim("> $6", orderedClaimSQL), "$7"), n),
 		ack:               render(ackSQL, n),
 		ackAgain:          render(ackAgainSQL, n),
 		release:           render(releaseSQL, n),
@@ -29,6 +31,7 @@ func newStatements(n table.Name) statements {
 		fail:              render(failSQL, n),
 		reclaim:           render(reclaimSQL, n),
 		purge:             strings.ReplaceAll(render(purgeSQL, n), "{{purged}}", n.Derived("purged")),
+		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
@@ -45,12 +48,15 @@ func newStatements(n table.Name) statements {
 // order, so the plan walks only pending rows however many delivered rows are kept.
 // A row inserted before migration 0004 has no dedup_id: the claim draws it, and since
 // the lease is written in the same UPDATE it is drawn once, kept by every later claim
-// of the row, so a re-publish carries the id the broker may already hold.
-// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds.
+// of the row, so a re-publish carries the id the broker may already hold. A row past
+// its expiry is left for the expiry sweep ({{live}}, expiry.go); the condition filters
+// the claim index's entries and does not change the walk.
+// Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds, $6
+// the stream's ttl in milliseconds (0: none).
 const claimSQL = `
 WITH picked AS (
     SELECT id FROM {{table}}
-    WHERE stream = $1 AND status = 'pending' AND available_at <= now()
+    WHERE stream = $1 AND status = 'pending' AND available_at <= now() AND {{live}}
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -222,7 +228,7 @@ WITH doomed AS (
 SELECT count(*) FROM gone`
 
 // backlogSQL samples the named streams, each count from its partial index (claim,
-// lease, failed). The oldest pending age is how long the first row in claim order has
+// lease, failed, expired). The oldest pending age is how long the first row in claim order has
 // been due (now - available_at: the claim index's first entry), so messages delayed on
 // purpose or waiting out a retry backoff do not count as late; it is negative, and
 // reported as 0, when nothing is due yet. A row a producer dated ±infinity has no age
@@ -234,6 +240,7 @@ SELECT s.stream,
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'leased'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'failed'),
        (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending' AND deferred_since IS NOT NULL),
+       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'expired'),
        (SELECT (extract(epoch FROM now() - min(available_at)) * 1000000)::bigint
           FROM {{table}} WHERE stream = s.stream AND status = 'pending'
             AND available_at > '-infinity' AND available_at < 'infinity')

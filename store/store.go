@@ -70,6 +70,9 @@ type Claim struct {
 	Token      Token
 	LeaseUntil time.Time
 	Messages   []Message
+	// Expired lists the rows the expiry sweep right before the claim marked expired
+	// (expiry.go); they are reported even when the claim itself failed.
+	Expired []Expired
 }
 
 // IDs lists the ids of the claimed messages in claim order.
@@ -116,6 +119,7 @@ type Store struct {
 	pool  *pgxpool.Pool
 	table table.Name
 	sql   statements
+	ttl   map[string]time.Duration // per stream; absent: none (WithTTL)
 }
 
 // New returns a Store for the outbox table n, reached through pool.
@@ -151,7 +155,8 @@ func WithAckByDelete() Option {
 func (s *Store) Table() table.Name { return s.table }
 
 // Claim leases up to limit available pending rows of stream to owner for ttl, oldest
-// availability first. An empty claim is not an error. A claim that fails once its
+// availability first, after expiring the stream's rows past their expiry (expiry.go).
+// An empty claim is not an error. A claim that fails once its
 // statement was sent (its context ended, the connection broke) returns the token it
 // leased under with the error: the database may have applied it, leaving rows leased
 // under that token until their lease expires.
@@ -163,9 +168,14 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		return Claim{}, fmt.Errorf("claim %s: lease TTL must be at least 1ms, got %s", stream, ttl)
 	}
 	c := Claim{Token: NewToken()}
-	rows, err := s.pool.Query(ctx, s.sql.claim, stream, limit, c.Token, owner, ttl.Milliseconds())
+	expired, err := s.Expire(ctx, stream, expireBatch)
 	if err != nil {
-		return Claim{Token: c.Token}, fmt.Errorf("claim %s: %w", stream, err)
+		return Claim{}, fmt.Errorf("claim %s: %w", stream, err)
+	}
+	c.Expired = expired
+	rows, err := s.pool.Query(ctx, s.sql.claim, stream, limit, c.Token, owner, ttl.Milliseconds(), s.ttlMillis(stream))
+	if err != nil {
+		return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	c.Messages = make([]Message, 0, limit)
 	var deferred *time.Time
@@ -175,7 +185,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
 			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
 			rows.Close()
-			return Claim{Token: c.Token}, fmt.Errorf("claim %s: read row: %w", stream, err)
+			return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: read row: %w", stream, err)
 		}
 		m.Stream, m.CreatedAt = stream, finiteTime(created)
 		if deferred != nil {
@@ -184,7 +194,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		c.Messages = append(c.Messages, m)
 	}
 	if err := rows.Err(); err != nil {
-		return Claim{Token: c.Token}, fmt.Errorf("claim %s: %w", stream, err)
+		return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	return c, nil
 }

@@ -243,7 +243,7 @@ func TestStatsMessagesAndRequeueRefuseMistakesWithAClearMessage(t *testing.T) {
 		{"requeue of nothing", requeueCmd, nil, true, "name the messages to requeue"},
 		{"requeue with a zero --limit", requeueCmd, []string{"--stream", "orders", "--limit", "0"}, true, "limit: want at least 1, got 0"},
 		{"requeue with a bad time", requeueCmd, []string{"--stream", "orders", "--all", "--since", "last week"}, true, `since: "last week" is neither`},
-		{"messages with an unknown status", messagesCmd, []string{"--status", "stuck"}, true, `status: "stuck" is not one of pending, leased, delivered, failed`},
+		{"messages with an unknown status", messagesCmd, []string{"--status", "stuck"}, true, `status: "stuck" is not one of pending, leased, delivered, failed, expired`},
 		{"messages with a bad cursor", messagesCmd, []string{"--cursor", "!!"}, true, `cursor "!!" is not one this API handed out`},
 		{"messages with a limit over the page size", messagesCmd, []string{"--limit", "5000"}, true, "limit: want a whole number from 1 to 1000"},
 		{"stats with an argument", statsCmd, []string{"orders"}, true, `stats: unexpected argument "orders"`},

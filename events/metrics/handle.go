@@ -64,6 +64,8 @@ func (m *Metrics) Handle(e events.Event) {
 		} else {
 			m.v.deadLetter.WithLabelValues(s.name, other).Inc()
 		}
+	case events.MessageExpired:
+		m.series(e.Stream).expired.Inc()
 	case events.LeasesReclaimed:
 		m.leasesReclaimed.Add(float64(e.Count))
 		for _, d := range e.Overdue {

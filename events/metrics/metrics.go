@@ -134,7 +134,7 @@ type Metrics struct {
 // vecs are the labelled families; children for configured values are resolved in New.
 type vecs struct {
 	claimed, published, retried, deferred, released, leaseConflicts *prometheus.CounterVec
-	heldBack, orderViolations, duplicates, replayed                 *prometheus.CounterVec
+	heldBack, orderViolations, duplicates, replayed, expired        *prometheus.CounterVec
 	failed, brokerErrors, deadLetter, breakerTransitions            *prometheus.CounterVec
 	lag, publish, batch, iteration                                  *prometheus.HistogramVec
 	oldestAge, backlog, paused, blockedKeys, blockedMessages        *prometheus.GaugeVec
@@ -144,7 +144,7 @@ type vecs struct {
 // streamSeries are one stream's resolved children.
 type streamSeries struct {
 	claimed, published, retried, deferred, released, leaseConflicts prometheus.Counter
-	heldBack, orderViolations, duplicates                           prometheus.Counter
+	heldBack, orderViolations, duplicates, expired                  prometheus.Counter
 
 	failed             [3]prometheus.Counter // by failReasons
 	brokerErrors       [5]prometheus.Counter // by brokerErrorKinds, of the stream's driver
@@ -193,6 +193,8 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 			"Messages failed for good, by reason: permanent (the broker will never take it), attempts_exhausted, max_defer.", "stream", "reason"),
 		leaseConflicts: counter("lease_conflicts_total",
 			"Write-backs refused because the row's lease had moved on (the batch outlived its lease).", stream...),
+		expired: counter("messages_expired_total",
+			"Messages not published because their expires_at or the stream's ttl ran out before delivery; their rows are marked expired.", stream...),
 		heldBack: counter("messages_held_back_total",
 			"Messages of ordered streams handed back unsent, without an attempt, because an earlier message of their key did not go through.", stream...),
 		orderViolations: counter("order_violations_total",
@@ -231,7 +233,7 @@ func New(reg prometheus.Registerer, streams map[string]string, drivers map[strin
 	reg.MustRegister(m.v.claimed, m.v.published, m.v.retried, m.v.deferred, m.v.released, m.v.failed,
 		m.v.leaseConflicts, m.v.brokerErrors, m.v.deadLetter, m.v.breakerTransitions,
 		m.v.lag, m.v.publish, m.v.batch, m.v.iteration, m.v.oldestAge, m.v.backlog, m.v.paused,
-		m.v.heldBack, m.v.orderViolations, m.v.duplicates, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing,
+		m.v.heldBack, m.v.orderViolations, m.v.duplicates, m.v.expired, m.v.blockedKeys, m.v.blockedMessages, m.v.flowing,
 		m.v.replayed, m.v.replaysRunning, m.v.replayRemaining)
 
 	for _, name := range sortedKeys(streams) {
@@ -273,6 +275,7 @@ func (m *Metrics) resolve(name, driver string) *streamSeries {
 		heldBack:        m.v.heldBack.WithLabelValues(name),
 		orderViolations: m.v.orderViolations.WithLabelValues(name),
 		duplicates:      m.v.duplicates.WithLabelValues(name),
+		expired:         m.v.expired.WithLabelValues(name),
 		lag:             m.v.lag.WithLabelValues(name),
 		publish:         m.v.publish.WithLabelValues(name),
 		batch:           m.v.batch.WithLabelValues(name),

@@ -558,3 +558,23 @@ func TestAStreamIsFlowingBetweenItsFlowsStartAndEnd(t *testing.T) {
 	}
 	f.m.Handle(events.FlowChanged{Stream: "ghost", Flowing: true}) // an unconfigured stream: no gauge, no panic
 }
+
+func TestEachExpiredMessageIsCountedIntoItsStream(t *testing.T) {
+	f := setup(t)
+	if v := f.value(t, "outboxd_messages_expired_total", "stream=orders"); v != 0 {
+		t.Fatalf("before any expiry: %v", v)
+	}
+	for range 3 {
+		f.m.Handle(events.MessageExpired{Stream: "orders", ID: 1})
+	}
+	f.m.Handle(events.MessageExpired{Stream: "nobody-configured", ID: 2})
+	if v := f.value(t, "outboxd_messages_expired_total", "stream=orders"); v != 3 {
+		t.Errorf("orders: %v, want 3", v)
+	}
+	if v := f.value(t, "outboxd_messages_expired_total", "stream=_other"); v != 1 {
+		t.Errorf("_other: %v, want 1", v)
+	}
+	if v := f.value(t, "outboxd_messages_expired_total", "stream=shipments"); v != 0 {
+		t.Errorf("shipments: %v, want 0", v)
+	}
+}

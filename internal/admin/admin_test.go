@@ -312,7 +312,7 @@ func TestMistakesAreRefusedWithAMessageNamingThem(t *testing.T) {
 	}{
 		{"a cursor this API did not make", "GET", "/api/v1/messages?cursor=not-a-cursor", "", auth, 400, `cursor "not-a-cursor" is not one this API handed out`},
 		{"a cursor of base64 that is not an id", "GET", "/api/v1/messages?cursor=aGVsbG8", "", auth, 400, "is not one this API handed out"},
-		{"a status outside the domain", "GET", "/api/v1/messages?status=stuck", "", auth, 400, `status: "stuck" is not one of pending, leased, delivered, failed`},
+		{"a status outside the domain", "GET", "/api/v1/messages?status=stuck", "", auth, 400, `status: "stuck" is not one of pending, leased, delivered, failed, expired`},
 		{"a time that is not a time", "GET", "/api/v1/messages?since=yesterday", "", auth, 400, `since: "yesterday" is neither an RFC 3339 time`},
 		{"a window that ends before it starts", "GET", "/api/v1/messages?since=2024-05-02T00:00:00Z&until=2024-05-01T00:00:00Z", "", auth, 400, "until (2024-05-01T00:00:00Z) must be after since"},
 		{"a limit above the maximum", "GET", "/api/v1/messages?limit=1001", "", auth, 400, `limit: want a whole number from 1 to 1000, got "1001"`},

@@ -107,7 +107,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	opts := StoreOptions(cfg.Janitor)
+	opts := append(StoreOptions(cfg.Janitor), TTLOptions(cfg.Streams)...)
 	if d.store, err = store.New(d.pool, n, opts...); err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 			if err != nil {
 				return nil, err
 			}
-			dead = append(dead, dispatch.DeadLetterRoute{Stream: stream, Topic: dl.Topic, Publisher: pub})
+			dead = append(dead, dispatch.DeadLetterRoute{Stream: stream, Topic: dl.Topic, Publisher: pub, Expired: dl.Expired})
 		}
 	}
 	if len(dead) > 0 {
@@ -350,6 +350,18 @@ func StoreOptions(j config.Janitor) []store.Option {
 		return []store.Option{store.WithAckByDelete()}
 	}
 	return nil
+}
+
+// TTLOptions gives each stream with a ttl its store option: its claims leave messages
+// older than that unclaimed and expire them (store/expiry.go).
+func TTLOptions(streams map[string]config.Stream) []store.Option {
+	var opts []store.Option
+	for name, s := range streams {
+		if s.TTL > 0 {
+			opts = append(opts, store.WithTTL(name, s.TTL))
+		}
+	}
+	return opts
 }
 
 // pipelineSessions is the pool configuration of the pipelines' claims and write-backs:

@@ -14,7 +14,7 @@ import (
 
 // Register declares outboxd messages' filter flags on fs, each filling its field of q.
 func (q *MessageQuery) Register(fs *flag.FlagSet) {
-	fs.StringVar(&q.Status, "status", "", "only rows in this status: pending, leased, delivered or failed")
+	fs.StringVar(&q.Status, "status", "", "only rows in this status: pending, leased, delivered, failed or expired")
 	fs.StringVar(&q.Stream, "stream", "", "only rows of this stream")
 	fs.StringVar(&q.Since, "since", "", "only rows created at or after this RFC 3339 time, or this long ago (2h)")
 	fs.StringVar(&q.Until, "until", "", "only rows created before this RFC 3339 time, or this long ago")

@@ -21,10 +21,12 @@ type StreamStats struct {
 	Stream string `json:"stream"`
 	Driver string `json:"driver,omitempty"`
 	// Breaker is closed, open or half-open; omitted where no dispatcher runs (the CLI).
-	Breaker                 string  `json:"breaker,omitempty"`
-	Pending                 int64   `json:"pending"`
-	Leased                  int64   `json:"leased"`
-	Failed                  int64   `json:"failed"`
+	Breaker string `json:"breaker,omitempty"`
+	Pending int64  `json:"pending"`
+	Leased  int64  `json:"leased"`
+	Failed  int64  `json:"failed"`
+	// Expired counts the rows expired before delivery that retention still keeps.
+	Expired                 int64   `json:"expired"`
 	Deferred                int64   `json:"deferred"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	// Ordered is set for a stream configured ordered; only such a stream has the
@@ -116,7 +118,7 @@ func (o *Ops) Stats(ctx context.Context, req StatsRequest) (Stats, error) {
 	for i, b := range backlogs {
 		s := StreamStats{
 			Stream: b.Stream, Driver: streams[i].Driver, Breaker: req.Breakers[b.Stream],
-			Pending: b.Pending, Leased: b.Leased, Failed: b.Failed, Deferred: b.Deferred,
+			Pending: b.Pending, Leased: b.Leased, Failed: b.Failed, Expired: b.Expired, Deferred: b.Deferred,
 			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), Unserved: unserved[b.Stream],
 		}
 		if streams[i].Ordered {

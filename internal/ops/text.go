@@ -42,7 +42,7 @@ func (s Stats) WriteText(w io.Writer) error {
 		ordered = ordered || st.Ordered
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "STREAM\tDRIVER\tPENDING\tLEASED\tFAILED\tDEFERRED\tOLDEST PENDING"
+	header := "STREAM\tDRIVER\tPENDING\tLEASED\tFAILED\tEXPIRED\tDEFERRED\tOLDEST PENDING"
 	if ordered {
 		header += "\tBLOCKED KEYS\tWAITING BEHIND"
 	}
@@ -59,7 +59,7 @@ func (s Stats) WriteText(w io.Writer) error {
 		if st.Unserved {
 			driver, unserved = "UNSERVED", unserved+1
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s", st.Stream, driver, st.Pending, st.Leased, st.Failed, st.Deferred, age)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", st.Stream, driver, st.Pending, st.Leased, st.Failed, st.Expired, st.Deferred, age)
 		switch {
 		case st.BlockedKeys != nil:
 			fmt.Fprintf(tw, "\t%d\t%d", *st.BlockedKeys, *st.BlockedMessages)
