@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
@@ -46,6 +47,9 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 		problem("database %s: %v: check database_url and that PostgreSQL accepts connections", config.RedactDSN(cfg.DatabaseURL), err)
 	default:
 		problem("database: %v", err)
+	}
+	if err == nil {
+		oks, problems = poolerCheck(ctx, cfg, oks, problems)
 	}
 
 	quiet := slog.New(slog.DiscardHandler)
@@ -171,6 +175,13 @@ func OpenStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done fu
 	if err != nil {
 		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
+	behind, err := behindPooler(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if behind { // a command's statements through a transaction pooler: no named statements
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	pc.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -182,7 +193,7 @@ func OpenStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done fu
 	}
 	st, err := store.New(pool, cfg.Table())
 	if err == nil {
-		err = CheckSchema(ctx, st, cfg.DatabaseURL)
+		err = CheckSchema(ctx, st, cfg.SessionURL())
 	}
 	if err != nil {
 		pool.Close()
