@@ -85,9 +85,6 @@ func (w *pooledWorld) start(t *testing.T, cfg config.Config, replica string) (st
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	for !d.ListenerConnected() && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -98,6 +95,11 @@ func (w *pooledWorld) start(t *testing.T, cfg config.Config, replica string) (st
 		})
 	}
 	t.Cleanup(stop)
+	for deadline := time.Now().Add(30 * time.Second); !d.ListenerConnected(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s: the listener did not connect within 30s", replica)
+		}
+	}
 	return stop
 }
 
