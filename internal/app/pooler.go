@@ -127,6 +127,8 @@ func poolerCheck(ctx context.Context, cfg *config.Config, oks, problems []string
 		return oks, append(problems, fmt.Sprintf("database: %v", err))
 	case behind:
 		oks = append(oks, "database_url: through a transaction pooler ("+how+"): statements in exec mode, LISTEN and locks on database.listen_url")
+	case cfg.Database.Pooler == config.PoolerAuto:
+		oks = append(oks, "database_url: no transaction pooler found by probing")
 	default:
 		oks = append(oks, "database_url: no transaction pooler ("+how+")")
 	}
