@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
@@ -31,6 +33,9 @@ type pooledWorld struct {
 	pooled, direct string // database_url through PgBouncer; the direct listen URL
 	nats           *testenv.NATSServer
 	ctx            context.Context
+	// dbErrors counts failed claims and write-backs of every replica; firstErr is the first.
+	dbErrors atomic.Int64
+	firstErr atomic.Value
 }
 
 // withAppName sets application_name in a postgres:// URL, so the test can tell the
@@ -80,7 +85,22 @@ func (w *pooledWorld) config(t *testing.T, listenURL string) config.Config {
 func (w *pooledWorld) start(t *testing.T, cfg config.Config, replica string) (stop func()) {
 	t.Helper()
 	cfg.ReplicaID = replica
-	d, err := NewDispatcher(w.ctx, &cfg, slog.New(slog.DiscardHandler), Options{})
+	failed := func(err error) {
+		w.dbErrors.Add(1)
+		w.firstErr.CompareAndSwap(nil, err.Error())
+	}
+	d, err := NewDispatcher(w.ctx, &cfg, slog.New(slog.DiscardHandler), Options{Subscribe: func(bus *events.Bus) {
+		bus.Subscribe("pgbouncer-test", func(e events.Event) {
+			switch e := e.(type) {
+			case events.ClaimFailed:
+				failed(e.Err)
+			case events.Iteration:
+				if e.Err != nil {
+					failed(e.Err)
+				}
+			}
+		})
+	}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
@@ -261,6 +281,9 @@ func TestBehindPgBouncerTwoReplicasDeliverEveryMessageAndWakeOnNotifications(t *
 	}
 	got.mu.Unlock()
 	t.Logf("%d committed through PgBouncer, each delivered once", len(committed))
+	if n := w.dbErrors.Swap(0); n > 0 {
+		t.Errorf("%d claims or write-backs failed through PgBouncer with nothing injected; the first: %v", n, w.firstErr.Load())
+	}
 
 	// Server sessions behind the pooler killed while the producers write and the replicas
 	// drain: nothing lost.
@@ -276,7 +299,7 @@ func TestBehindPgBouncerTwoReplicasDeliverEveryMessageAndWakeOnNotifications(t *
 				return
 			}
 			killed += n
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 	lost := w.produce(t, pool, 20)
@@ -289,7 +312,8 @@ func TestBehindPgBouncerTwoReplicasDeliverEveryMessageAndWakeOnNotifications(t *
 		dups += got.count[id] - 1
 	}
 	got.mu.Unlock()
-	t.Logf("%d more committed, %d server sessions killed under the replicas, all delivered, %d duplicates", len(lost), killed, dups)
+	t.Logf("%d more committed, %d server sessions killed under the replicas (%d claims or write-backs failed), all delivered, %d duplicates",
+		len(lost), killed, w.dbErrors.Load(), dups)
 	if killed == 0 {
 		t.Error("no server session was killed: the failure was not injected")
 	}
