@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,6 +31,9 @@ type PgBouncer struct {
 
 // pgbouncerBinary is where Debian's package installs it; PATH is searched otherwise.
 const pgbouncerBinary = "/usr/sbin/pgbouncer"
+
+// pgbouncerPrefix names the directories of the tests' PgBouncers, so leftovers can be found.
+const pgbouncerPrefix = "outboxd-pgbouncer."
 
 // NewPgBouncer starts a PgBouncer for t on a free loopback port, pool_mode=transaction,
 // with at most poolSize server connections per database and user, trusting every user
@@ -59,9 +64,10 @@ func NewPgBouncer(t testing.TB, poolSize int) *PgBouncer {
 	if user == "" {
 		user = "postgres"
 	}
+	reapPgBouncers()
 	// Not t.TempDir(): when tests run as root, pgbouncer refuses root and runs as the
 	// postgres user, who cannot enter a test's temporary directory.
-	dir, err := os.MkdirTemp("", "outboxd-pgbouncer.")
+	dir, err := os.MkdirTemp("", pgbouncerPrefix)
 	if err != nil {
 		t.Fatalf("testenv: PgBouncer directory: %v", err)
 	}
@@ -111,6 +117,11 @@ func NewPgBouncer(t testing.TB, poolSize int) *PgBouncer {
 		}
 		exited := make(chan struct{})
 		go func() { _ = b.cmd.Wait(); close(exited) }()
+		// Who started it, and its pid, for reapPgBouncers should this process die first.
+		owner := fmt.Sprintf("%d %d\n", os.Getpid(), b.cmd.Process.Pid)
+		if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner), 0o600); err != nil {
+			t.Errorf("testenv: PgBouncer owner file: %v", err)
+		}
 		if b.ready(exited) {
 			t.Cleanup(func() {
 				_ = b.cmd.Process.Signal(os.Interrupt)
@@ -168,3 +179,27 @@ func (b *PgBouncer) DSN(t testing.TB, dsn string) string {
 
 // Log is what PgBouncer has logged so far.
 func (b *PgBouncer) Log() string { return b.log.String() }
+
+// reapPgBouncers stops the PgBouncers of test processes that died before their cleanup
+// (a test binary's timeout panics past it) and removes their directories.
+func reapPgBouncers() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pgbouncerPrefix+"*"))
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			continue // starting, or not ours
+		}
+		var owner, pid int
+		if _, err := fmt.Sscan(string(raw), &owner, &pid); err != nil || owner <= 0 || pid <= 0 ||
+			!errors.Is(syscall.Kill(owner, 0), syscall.ESRCH) {
+			continue // its owner lives (or we cannot tell)
+		}
+		// Only the pgbouncer that reads this directory's configuration, not a process
+		// that reused its pid.
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil &&
+			strings.Contains(string(cmdline), dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
