@@ -104,6 +104,30 @@ type Database struct {
 	// UserTimeout bounds how long sent data may stay unacknowledged before the
 	// connection is dropped (TCP_USER_TIMEOUT, tcp_user_timeout); 0 keeps the kernel's.
 	UserTimeout time.Duration `yaml:"user_timeout"`
+	// Pooler says whether database_url goes through a transaction pooler (PgBouncer's
+	// transaction mode): auto asks at start (store.BehindPooler), transaction and none
+	// say so without asking.
+	Pooler string `yaml:"pooler"`
+	// ListenURL reaches PostgreSQL directly, bypassing the pooler, for what needs a
+	// session of its own: LISTEN, the janitor's and flow locks, migrations. "" uses
+	// database_url, which a transaction pooler forbids.
+	ListenURL string `yaml:"listen_url" redact:"dsn"`
+}
+
+// Pooler modes (Database.Pooler).
+const (
+	PoolerAuto        = "auto"
+	PoolerNone        = "none"
+	PoolerTransaction = "transaction"
+)
+
+// SessionURL is the URL for what needs a PostgreSQL session of its own:
+// database.listen_url when set, else database_url.
+func (c *Config) SessionURL() string {
+	if c.Database.ListenURL != "" {
+		return c.Database.ListenURL
+	}
+	return c.DatabaseURL
 }
 
 // Log configures the process logger.
@@ -223,8 +247,9 @@ func Default() Config {
 		Schema:      table.Default.Schema,
 		TableName:   table.Default.Table,
 		ReplicaID:   defaultReplicaID(),
-		Database:    Database{KeepaliveIdle: 5 * time.Second, KeepaliveInterval: 2 * time.Second, KeepaliveCount: 3, UserTimeout: 10 * time.Second},
-		Log:         Log{Level: "info", Format: "json"},
+		Database: Database{KeepaliveIdle: 5 * time.Second, KeepaliveInterval: 2 * time.Second, KeepaliveCount: 3, UserTimeout: 10 * time.Second,
+			Pooler: PoolerAuto},
+		Log: Log{Level: "info", Format: "json"},
 		Janitor: Janitor{
 			Interval:      30 * time.Second,
 			ReclaimBatch:  1000,

@@ -90,10 +90,12 @@ func TestRedactDSNReplacesOnlyPasswords(t *testing.T) {
 
 // The secrets below each appear once in the fixtures, so finding one anywhere in output
 // means it leaked.
-var secrets = []string{"dsn-pw-7f3a", "sasl-pw-91c2", "nats-token-55de", "nats-url-pw-a1b2", "admin-tok-0123456789abcdef", "read-tok-0123456789abcdef", "read-tok-01", "hook-url-pw-c3d4", "hook-sign-0123456789", "inbox-pw-3c4d"}
+var secrets = []string{"dsn-pw-7f3a", "sasl-pw-91c2", "nats-token-55de", "nats-url-pw-a1b2", "admin-tok-0123456789abcdef", "read-tok-0123456789abcdef", "read-tok-01", "hook-url-pw-c3d4", "hook-sign-0123456789", "inbox-pw-3c4d", "listen-pw-5e6f"}
 
 const secretFile = `
 database_url: postgres://app:dsn-pw-7f3a@db.internal:5432/app?sslmode=require
+database:
+  listen_url: postgres://app:listen-pw-5e6f@db-direct.internal:5432/app
 drivers:
   bus:
     type: kafka
@@ -163,6 +165,9 @@ func TestSecretsNeverAppearInOutput(t *testing.T) {
 	}
 	if want := "url: https://svc:[REDACTED]@hooks.example.com/events/{topic}\n"; !strings.Contains(outputs["YAML()"], want) {
 		t.Errorf("YAML() lacks %q:\n%s", want, outputs["YAML()"])
+	}
+	if want := "listen_url: postgres://app:[REDACTED]@db-direct.internal:5432/app\n"; !strings.Contains(outputs["YAML()"], want) {
+		t.Errorf("YAML() lacks the redacted listen URL %q:\n%s", want, outputs["YAML()"])
 	}
 	if want := "url: postgres://consumer:[REDACTED]@inbox.internal/shop\n"; !strings.Contains(outputs["YAML()"], want) {
 		t.Errorf("YAML() lacks the inbox's redacted DSN %q:\n%s", want, outputs["YAML()"])

@@ -30,6 +30,13 @@ func (c *Config) Validate() error {
 	}
 	v.replicaID("replica_id", c.ReplicaID)
 	v.database("database", c.Database)
+	if c.Database.ListenURL != "" {
+		v.DSN("database.listen_url", c.Database.ListenURL)
+	}
+	v.OneOf("database.pooler", c.Database.Pooler, PoolerAuto, PoolerNone, PoolerTransaction)
+	if c.Database.Pooler == PoolerTransaction && c.Database.ListenURL == "" {
+		v.Add("database.listen_url", "required when database.pooler is transaction: a direct PostgreSQL URL, bypassing the pooler, for LISTEN and the session locks")
+	}
 	v.OneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.OneOf("log.format", c.Log.Format, "json", "text")
 	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {

@@ -1,4 +1,5 @@
-# ensure-services.sh: sourced by test.sh. Makes the Redis and RabbitMQ servers the redis and
+# ensure-services.sh: sourced by test.sh. Installs pgbouncer where missing (each PgBouncer test
+# starts its own). Makes the Redis and RabbitMQ servers the redis and
 # rabbitmq drivers' tests publish to answer on their usual addresses (127.0.0.1:6379 and
 # 127.0.0.1:5672, guest/guest): a server already answering is used as it is; one installed
 # but stopped is started (and stopped again by outboxd_services_stop); one missing is
@@ -84,7 +85,21 @@ outboxd_services_stop() {
 	outboxd_services_started=()
 }
 
+# PgBouncer is not a server to share: each test starts its own (internal/testenv/pgbouncer.go),
+# so only its binary must be here.
+outboxd_ensure_pgbouncer() {
+	if [[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null 2>&1; then
+		echo "ensure-services: using $(command -v pgbouncer || echo /usr/sbin/pgbouncer) (each test starts its own)" >&2
+		return 0
+	fi
+	outboxd_apt_install pgbouncer || true
+	if [[ ! -x /usr/sbin/pgbouncer ]] && ! command -v pgbouncer >/dev/null 2>&1; then
+		echo "ensure-services: no pgbouncer to start: the PgBouncer tests skip (apt-get install pgbouncer)" >&2
+	fi
+}
+
 outboxd_ensure_services() {
 	outboxd_ensure_redis
 	outboxd_ensure_rabbitmq
+	outboxd_ensure_pgbouncer
 }

@@ -55,7 +55,8 @@ trap 'exit 143' TERM
 # here even when the shared server answers from elsewhere: installed when missing, or exit.
 outboxd_pg_ensure_private_binaries test.sh || exit 1
 
-# The redis and rabbitmq drivers' tests publish to real servers (scripts/ensure-services.sh).
+# The redis and rabbitmq drivers' tests publish to real servers, the PgBouncer tests start a
+# pgbouncer (scripts/ensure-services.sh).
 # shellcheck source=scripts/ensure-services.sh
 . scripts/ensure-services.sh
 outboxd_ensure_services

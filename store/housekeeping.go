@@ -19,7 +19,8 @@ const lockClass = 0x6f627864
 // the table's name and the stream's, exactly as the insert trigger does (migration 0003).
 const flowClass = 0x6f627866
 
-// Lock is a session-level advisory lock held on one pooled connection.
+// Lock is a session-level advisory lock held on one connection of the store's sessions
+// pool (WithSessions).
 type Lock struct {
 	conn  *pgxpool.Conn
 	class int32
@@ -68,7 +69,7 @@ func (s *Store) TryFlow(ctx context.Context, stream string) (*Lock, error) {
 // that long without a statement (idle_session_timeout, PostgreSQL 14 and later; older
 // servers keep the lock until the session ends otherwise), and starts a heartbeat.
 func (s *Store) tryLock(ctx context.Context, class int32, key string, idle time.Duration) (*Lock, error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.sessions.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -116,10 +116,12 @@ type Failure struct {
 
 // Store runs outboxd's statements against one outbox table.
 type Store struct {
-	pool  *pgxpool.Pool
-	table table.Name
-	sql   statements
-	ttl   map[string]time.Duration // per stream; absent: none (WithTTL)
+	pool *pgxpool.Pool
+	// sessions holds the session advisory locks: pool unless WithSessions says otherwise.
+	sessions *pgxpool.Pool
+	table    table.Name
+	sql      statements
+	ttl      map[string]time.Duration // per stream; absent: none (WithTTL)
 }
 
 // New returns a Store for the outbox table n, reached through pool.
@@ -130,7 +132,7 @@ func New(pool *pgxpool.Pool, n table.Name, opts ...Option) (*Store, error) {
 	if err := n.Validate(); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{pool: pool, table: n, sql: newStatements(n)}
+	s := &Store{pool: pool, sessions: pool, table: n, sql: newStatements(n)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -463,4 +465,12 @@ func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, er
 		return 0, false, fmt.Errorf("read schema version of %s: %w", s.table, err)
 	}
 	return uint(v), dirty, nil
+}
+
+// WithSessions takes the session advisory locks (TryLock, TryFlow) on connections of
+// sessions instead of the store's pool: a pool that reaches PostgreSQL directly, for a
+// store whose own pool goes through a transaction pooler, where a session lock would be
+// taken on whichever server session served that one statement and held there for no one.
+func WithSessions(sessions *pgxpool.Pool) Option {
+	return func(s *Store) { s.sessions = sessions }
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
@@ -48,6 +49,15 @@ func ConnectCheck(ctx context.Context, cfg *config.Config, stdout, stderr io.Wri
 		case err == nil:
 			closeStore()
 			oks = append(oks, fmt.Sprintf("%sdatabase %s: connected, schema up to date", label, st.Table()))
+			// The pooler probe and the listen URL, per outbox: each names its own.
+			nOK, nProblems := len(oks), len(problems)
+			oks, problems = poolerCheck(ctx, one, oks, problems)
+			for i := nOK; i < len(oks); i++ {
+				oks[i] = label + oks[i]
+			}
+			for i := nProblems; i < len(problems); i++ {
+				problems[i] = label + problems[i]
+			}
 		case strings.HasPrefix(err.Error(), "connect to database") || strings.HasPrefix(err.Error(), "database_url"):
 			problem("%sdatabase %s: %v: check %s and that PostgreSQL accepts connections", label, config.RedactDSN(one.DatabaseURL), err, key)
 		default:
@@ -188,6 +198,13 @@ func OpenStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done fu
 	if err != nil {
 		return nil, nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
+	behind, err := behindPooler(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if behind { // a command's statements through a transaction pooler: no named statements
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	pc.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -199,7 +216,7 @@ func OpenStore(ctx context.Context, cfg *config.Config) (_ *store.Store, done fu
 	}
 	st, err := store.New(pool, cfg.Table())
 	if err == nil {
-		err = CheckSchema(ctx, st, cfg.DatabaseURL)
+		err = CheckSchema(ctx, st, cfg.SessionURL())
 	}
 	if err != nil {
 		pool.Close()

@@ -30,17 +30,19 @@ type Dispatcher struct {
 	store *store.Store
 	// pipePool and pipeStore serve the pipelines' claims and write-backs, committed
 	// without waiting for their WAL flush (pipelineSessions).
-	pipePool   *pgxpool.Pool
-	pipeStore  *store.Store
-	router     *router.Router
-	drivers    map[string]router.Driver
-	pipelines  []*dispatch.Pipeline
-	listener   *dispatch.Listener
-	janitor    *dispatch.Janitor
-	sampler    *dispatch.Sampler
-	bus        *events.Bus
-	deadLetter *dispatch.DeadLetterForwarder
-	failures   *dispatch.FailureLog
+	pipePool  *pgxpool.Pool
+	pipeStore *store.Store
+	// sessionPool holds the session advisory locks on database.listen_url, when set.
+	sessionPool *pgxpool.Pool
+	router      *router.Router
+	drivers     map[string]router.Driver
+	pipelines   []*dispatch.Pipeline
+	listener    *dispatch.Listener
+	janitor     *dispatch.Janitor
+	sampler     *dispatch.Sampler
+	bus         *events.Bus
+	deadLetter  *dispatch.DeadLetterForwarder
+	failures    *dispatch.FailureLog
 	// busSubscribers names the dispatcher's own asynchronous bus subscribers.
 	busSubscribers []string
 	log            *slog.Logger
@@ -80,8 +82,15 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, err
 	}
 	n := cfg.Table()
+	behind, err := behindPooler(ctx, cfg)
+	if err == nil {
+		err = sessionURLProblem(ctx, cfg, behind)
+	}
+	if err != nil {
+		return nil, err
+	}
 	if opt.Migrate {
-		if err := Layout(cfg).Up(ctx, cfg.DatabaseURL, n); err != nil {
+		if err := Layout(cfg).Up(ctx, cfg.SessionURL(), n); err != nil {
 			return nil, err
 		}
 	}
@@ -96,11 +105,9 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
-	// Every statement here is short and planned once; JIT compilation only adds latency.
-	poolConfig.ConnConfig.RuntimeParams["jit"] = "off"
-	deadPeers(&poolConfig.ConnConfig.Config, cfg.Database)
+	serverSettings(poolConfig, cfg.Database, behind)
 	poolConfig.MaxConns = max(poolConfig.MaxConns, 4) // janitor, samplers, admin API
-	pipeConfig := pipelineSessions(poolConfig, cfg.Streams)
+	pipeConfig := pipelineSessions(poolConfig, cfg.Streams, behind)
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
@@ -108,13 +115,19 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	opts := append(StoreOptions(cfg.Janitor), TTLOptions(cfg.Streams)...)
+	if cfg.Database.ListenURL != "" {
+		if d.sessionPool, err = sessionPool(ctx, cfg); err != nil {
+			return nil, err
+		}
+		opts = append(opts, store.WithSessions(d.sessionPool))
+	}
 	if d.store, err = store.New(d.pool, n, opts...); err != nil {
 		return nil, err
 	}
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
-	if err := CheckSchema(ctx, d.store, cfg.DatabaseURL); err != nil {
+	if err := CheckSchema(ctx, d.store, cfg.SessionURL()); err != nil {
 		return nil, err
 	}
 	if cfg.Janitor.Partitions.Enabled {
@@ -180,9 +193,10 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		d.pipelines = append(d.pipelines, p)
 		wakers = append(wakers, p)
 	}
-	listenConfig, err := pgx.ParseConfig(cfg.DatabaseURL)
+	// LISTEN keeps a session: behind a transaction pooler it goes to database.listen_url.
+	listenConfig, err := pgx.ParseConfig(cfg.SessionURL())
 	if err != nil {
-		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
+		return nil, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
 	}
 	deadPeers(&listenConfig.Config, cfg.Database)
 	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n}}, wakers, d.bus, logger)
@@ -325,7 +339,7 @@ func (d *Dispatcher) close() error {
 		}
 	}
 	d.drivers, d.router = nil, nil
-	for _, p := range []**pgxpool.Pool{&d.pool, &d.pipePool} {
+	for _, p := range []**pgxpool.Pool{&d.pool, &d.pipePool, &d.sessionPool} {
 		if *p != nil {
 			(*p).Close()
 			*p = nil
@@ -372,14 +386,17 @@ func TTLOptions(streams map[string]config.Stream) []store.Option {
 // an undone write-back leaves them leased until reclaimed, and either way they are
 // published again, never lost. Operators' requeues and skips, the janitor and migrations
 // keep the server's setting. Measured: docs/benchmarks.md.
-func pipelineSessions(base *pgxpool.Config, streams map[string]config.Stream) *pgxpool.Config {
+//
+// Behind a transaction pooler the server's setting stays: the pooler would refuse the
+// startup parameter.
+func pipelineSessions(base *pgxpool.Config, streams map[string]config.Stream, behind bool) *pgxpool.Config {
 	c := base.Copy()
 	conns := int32(0)
 	for _, s := range streams {
 		conns += int32(s.Concurrency) + 2
 	}
 	c.MaxConns = max(conns, 2)
-	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set && !behind {
 		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
 	return c

@@ -69,7 +69,7 @@ func TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes(t *test
 		t.Fatal(err)
 	}
 	server := setting(base)
-	pipes := pipelineSessions(base, streams)
+	pipes := pipelineSessions(base, streams, false)
 	if got := setting(pipes); got != "off" || pipes.MaxConns != 3+2+1+2 {
 		t.Errorf("pipelines' sessions: synchronous_commit %s, %d connections; want off, 8", got, pipes.MaxConns)
 	}
@@ -84,7 +84,7 @@ func TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := setting(pipelineSessions(given, streams)); got != "remote_write" {
+	if got := setting(pipelineSessions(given, streams, false)); got != "remote_write" {
 		t.Errorf("with synchronous_commit=remote_write in database_url, the pipelines' sessions have %s", got)
 	}
 }

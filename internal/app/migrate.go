@@ -19,7 +19,7 @@ import (
 func Migrate(ctx context.Context, cfg *config.Config, sub string, steps int, stdout io.Writer) error {
 	n := cfg.Table()
 	layout := Layout(cfg)
-	m, err := layout.Open(ctx, cfg.DatabaseURL, n)
+	m, err := layout.Open(ctx, cfg.SessionURL(), n)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func Migrate(ctx context.Context, cfg *config.Config, sub string, steps int, std
 	if v == 0 && sub != "down" {
 		// A table the migrate CLI created without recording its version where we read it
 		// (up has already refused it with the same sentence).
-		if err := migrations.Unrecorded(ctx, cfg.DatabaseURL, n); err != nil {
+		if err := migrations.Unrecorded(ctx, cfg.SessionURL(), n); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// poolerRounds is how many times BehindPooler asks; one match is proof, so more rounds
+// only make a busy pooler, whose idle server session another client took in between,
+// harder to miss.
+const poolerRounds = 5
+
+// BehindPooler reports whether connections opened with cfg are served by a pooler that
+// hands one server session to several clients in turn (PgBouncer's transaction or
+// statement pooling). It opens two connections and asks each, alternately, for its
+// server process's pid while the other sits idle outside any transaction. Two sessions
+// that are both open never share a server process on PostgreSQL itself, so a shared pid
+// proves a pooler and no direct connection can ever be reported as one; a pooler that
+// reuses its most recently idle server session first (PgBouncer's default) answers with
+// the same pid at once. It can miss a pooler that happens to serve the two from different
+// server sessions every round, one busy with other clients: database.pooler says so
+// without asking. Session pooling, which keeps a client's session, is not reported.
+//
+// The probe's own statements use the simple protocol, which every pooler forwards.
+func BehindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
+	c := cfg.Copy()
+	c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	var conns [2]*pgx.Conn
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for _, conn := range conns {
+			if conn != nil {
+				_ = conn.Close(closeCtx)
+			}
+		}
+	}()
+	for i := range conns {
+		conn, err := pgx.ConnectConfig(ctx, c)
+		if err != nil {
+			return false, fmt.Errorf("probe for a pooler: connect: %w", err)
+		}
+		conns[i] = conn
+	}
+	pid := func(conn *pgx.Conn) (int32, error) {
+		var p int32
+		err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p)
+		return p, err
+	}
+	for range poolerRounds {
+		first, err := pid(conns[0])
+		if err != nil {
+			return false, fmt.Errorf("probe for a pooler: %w", err)
+		}
+		second, err := pid(conns[1])
+		if err != nil {
+			return false, fmt.Errorf("probe for a pooler: %w", err)
+		}
+		if first == second {
+			return true, nil
+		}
+		conns[0], conns[1] = conns[1], conns[0]
+	}
+	return false, nil
+}
