@@ -131,3 +131,31 @@ func TestEveryOutboxNeedsAStreamToRun(t *testing.T) {
 		t.Errorf("RequireStreams = %v, want outboxes[1].streams named", err)
 	}
 }
+
+func TestAnOutboxBehindATransactionPoolerNeedsItsOwnListenURL(t *testing.T) {
+	t.Parallel()
+	ps := loadProblems(t, `
+drivers:
+  bus: {type: kafka, brokers: [k1:9092]}
+outboxes:
+  - name: orders
+    database_url: postgres://pooler:6432/orders
+    database: {pooler: transaction, listen_url: "postgres://db1:5432/orders"}
+    streams:
+      created: {driver: bus}
+  - name: billing
+    database_url: postgres://pooler:6432/billing
+    database: {pooler: transaction}
+    streams:
+      invoiced: {driver: bus}
+  - name: audit
+    database_url: postgres://db3:5432/audit
+    database: {pooler: sometimes}
+    streams:
+      logged: {driver: bus}
+`)
+	wantKeys(t, ps, "outboxes[1].database.listen_url", "outboxes[2].database.pooler")
+	if msg := ps.Error(); !strings.Contains(msg, "outboxes[1].database.listen_url: required when outboxes[1].database.pooler is transaction") {
+		t.Errorf("problems do not say billing needs a listen URL:\n%s", msg)
+	}
+}

@@ -30,13 +30,6 @@ func (c *Config) Validate() error {
 	}
 	v.replicaID("replica_id", c.ReplicaID)
 	v.database("database", c.Database)
-	if c.Database.ListenURL != "" {
-		v.DSN("database.listen_url", c.Database.ListenURL)
-	}
-	v.OneOf("database.pooler", c.Database.Pooler, PoolerAuto, PoolerNone, PoolerTransaction)
-	if c.Database.Pooler == PoolerTransaction && c.Database.ListenURL == "" {
-		v.Add("database.listen_url", "required when database.pooler is transaction: a direct PostgreSQL URL, bypassing the pooler, for LISTEN and the session locks")
-	}
 	v.OneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.OneOf("log.format", c.Log.Format, "json", "text")
 	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {
@@ -212,6 +205,13 @@ func (v *checker) janitor(key string, j Janitor) {
 
 func (v *checker) database(key string, d Database) {
 	k := func(f string) string { return key + "." + f }
+	if d.ListenURL != "" {
+		v.DSN(k("listen_url"), d.ListenURL)
+	}
+	v.OneOf(k("pooler"), d.Pooler, PoolerAuto, PoolerNone, PoolerTransaction)
+	if d.Pooler == PoolerTransaction && d.ListenURL == "" {
+		v.Add(k("listen_url"), "required when %s is transaction: a direct PostgreSQL URL, bypassing the pooler, for LISTEN and the session locks", k("pooler"))
+	}
 	if d.ConnectTimeout < 0 {
 		v.Add(k("connect_timeout"), "must not be negative (0 waits for the database forever), got %s",
 			formatDuration(d.ConnectTimeout))
