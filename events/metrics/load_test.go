@@ -173,6 +173,18 @@ func (d *dispatcher) insert(t *testing.T, ctx context.Context, stream, topic str
 	}
 }
 
+// insertExpired commits n rows of stream whose expires_at has passed: the sweep before
+// the next claim marks them expired instead of publishing them.
+func (d *dispatcher) insertExpired(t *testing.T, ctx context.Context, stream string, n int) {
+	t.Helper()
+	_, err := d.pg.Pool.Exec(ctx, `INSERT INTO `+d.pg.Table.Qualified()+` (stream, topic, payload, expires_at)
+		SELECT $1, $1 || '.late', convert_to('late ' || g, 'UTF8'), statement_timestamp() - interval '1 second'
+		FROM generate_series(1, $2) g`, stream, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // insertBlockedKey commits, in one statement so their ids are in this order, a message
 // of key "stuck" larger than NATS' max_payload (refused for good before it is sent)
 // followed by n ordinary messages of the same key.
@@ -235,6 +247,7 @@ type probe struct {
 	breakerOpened    map[string]bool
 	retentionDeleted int64
 	heldBack         map[string]int
+	expired          map[string]int
 	blocked          map[string]events.BlockedKeys // the last sample per stream
 
 	changed       chan struct{} // a non-blocking nudge after every event
@@ -245,7 +258,7 @@ type probe struct {
 func newProbe() *probe {
 	return &probe{
 		published: map[string]int{}, failed: map[string]int{}, deadLetter: map[events.DeadLetterResult]int{},
-		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, blocked: map[string]events.BlockedKeys{}, changed: make(chan struct{}, 1), reclaimed: make(chan struct{}),
+		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, expired: map[string]int{}, blocked: map[string]events.BlockedKeys{}, changed: make(chan struct{}, 1), reclaimed: make(chan struct{}),
 	}
 }
 
@@ -272,6 +285,8 @@ func (p *probe) handle(e events.Event) {
 		}
 	case events.RetentionSwept:
 		p.retentionDeleted += e.Deleted
+	case events.MessageExpired:
+		p.expired[e.Stream]++
 	}
 	p.mu.Unlock()
 	select {

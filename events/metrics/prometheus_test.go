@@ -82,10 +82,12 @@ func TestPrometheusScrapesOutboxdUnderLoadAndEvaluatesEveryPanelAndRule(t *testi
 	}
 	d.insert(t, ctx, "orders", topicFlaky, 3, 10)
 	d.insert(t, ctx, "orders", "orders.huge", 1, 2<<20) // above NATS max_payload: permanent
+	d.insertExpired(t, ctx, "orders", 4)
 	d.probe.await(t, 60*time.Second, "the orders stream's every outcome", func(p *probe) bool {
 		return p.published["orders"] >= 3001 && p.failed["permanent"] >= 1 && p.failed["attempts_exhausted"] >= 3 &&
 			p.leaseConflicts >= 1 && p.reclaimedRows >= 1 && p.retentionDeleted > 0 &&
-			p.deadLetter[events.DeadLetterForwardedOK] >= 3 && p.deadLetter[events.DeadLetterGaveUp] >= 1
+			p.deadLetter[events.DeadLetterForwardedOK] >= 3 && p.deadLetter[events.DeadLetterGaveUp] >= 1 &&
+			p.expired["orders"] >= 4
 	})
 	// Only now the ledger: the forwarder handles dead letters one at a time, and the
 	// ledger's, bound for the broker that is down, would hold up the orders' ones.
