@@ -253,6 +253,16 @@ func (v *checker) http(key string, h HTTP) {
 	if h.ReadToken != "" && h.ReadToken == h.AdminToken {
 		v.Add(key+".read_token", "must differ from http.admin_token, or the read token would allow writes")
 	}
+	// A console is never open without a token: its login is the token.
+	if h.UI != "" { // the zero value is off
+		v.OneOf(key+".ui", h.UI, UIOff, UIOn, UIReadonly)
+	}
+	switch {
+	case h.UI == UIOn && h.AdminToken == "":
+		v.Add(key+".ui", "on needs http.admin_token (the console's actions and login); set it, or use readonly with http.read_token, or off")
+	case h.UI == UIReadonly && h.AdminToken == "" && h.ReadToken == "":
+		v.Add(key+".ui", "readonly needs http.read_token or http.admin_token to log in with; set one, or use off")
+	}
 }
 
 func hostPortProblem(s string, listen bool) string { return driveropt.HostPortProblem(s, listen) }
