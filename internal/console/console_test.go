@@ -11,6 +11,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -311,3 +312,28 @@ func TestALargePayloadIsCutWithItsSizeShown(t *testing.T) {
 }
 
 func itoa[T int | int64](n T) string { return strconv.FormatInt(int64(n), 10) }
+
+// TestEveryConsolePathTheDocsNameIsServed: a console path in the docs answers a logged-in
+// browser with anything but 404.
+func TestEveryConsolePathTheDocsNameIsServed(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config.UIOn)
+	c := f.client(t)
+	c.login(t, readToken)
+	seen := 0
+	for _, file := range []string{"../../docs/operations.md", "../../docs/configuration.md", "../../README.md"} {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range regexp.MustCompile("`(/ui/[a-z/]*)`").FindAllStringSubmatch(string(text), -1) {
+			seen++
+			if got := c.get(t, p[1]); got.status == http.StatusNotFound {
+				t.Errorf("%s names %s, which the console does not serve", file, p[1])
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("the docs name no console path")
+	}
+}
