@@ -160,7 +160,7 @@ func (f *fixture) insert(t *testing.T, stream, key string, headers map[string]st
 
 func (f *fixture) fail(t *testing.T, id int64, why string) {
 	t.Helper()
-	f.exec(t, `UPDATE {{table}} SET status = 'failed', attempts = 3, last_error = $2 WHERE id = $1`, id, why)
+	f.exec(t, `UPDATE {{table}} SET status = 'failed', attempts = 3, last_error = $2, published_at = NULL WHERE id = $1`, id, why)
 }
 
 func (f *fixture) status(t *testing.T, id int64) string {
