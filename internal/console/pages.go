@@ -199,8 +199,9 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 		d.Outboxes = append(d.Outboxes, o.Name)
 	}
 	status := http.StatusOK
-	_, o, err := c.pick(d.Outbox, d.Query.Stream)
+	box, o, err := c.pick(d.Outbox, d.Query.Stream)
 	if err == nil {
+		d.Outbox = box.Name // picked by stream: the links name it, as ids repeat across outboxes
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
 		d.Page, err = o.ListMessages(ctx, d.Query)

@@ -105,7 +105,7 @@ func TestSeveralOutboxesAreShownApartAndMessagesOpenInTheirOwn(t *testing.T) {
 	if p := c.get(t, "/ui/message?id="+itoa(shopID)); p.status != http.StatusBadRequest || !strings.Contains(p.body, "name one with outbox") {
 		t.Errorf("a message without its outbox among several: %d, want 400 asking for the outbox\n%s", p.status, p.body)
 	}
-	if p := c.get(t, "/ui/messages?stream=billing-events"); p.status != http.StatusOK || !strings.Contains(p.body, "billing-events") {
+	if p := c.get(t, "/ui/messages?stream=billing-events"); p.status != http.StatusOK || !strings.Contains(p.body, "/ui/message?outbox=billing&amp;id="+itoa(billingID)) {
 		t.Errorf("the listing of a stream only one outbox configures: %d\n%s", p.status, p.body)
 	}
 }
