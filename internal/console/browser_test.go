@@ -111,6 +111,18 @@ func TestABrowserRequeuesAFailedMessageAndSeesItDelivered(t *testing.T) {
 	})()`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the requeued message did not show delivered within 30s: %v", err)
 	}
+	// The streams table refreshes itself (the console's script, under its CSP): a
+	// message failing now shows up without the page being loaded again.
+	b.do("back to the streams", chromedp.Navigate(srv.URL+"/ui/streams"), chromedp.WaitVisible(css(`#streams table`)))
+	if _, err := chromedp.Run(b.timeout(), chromedp.Evaluate[bool](`window.notReloaded = true`)); err != nil {
+		t.Fatal(err)
+	}
+	f.fail(t, id, "broker said no again")
+	if _, err := chromedp.Run(b.timeout(), chromedp.Poll[bool](
+		`window.notReloaded === true && document.querySelector('#streams a[href*="status=failed"]') !== null`,
+		chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Fatalf("the streams table did not show the new failure by itself within 15s: %v", err)
+	}
 	dir := t.ArtifactDir()
 	for name, shot := range map[string][]byte{"console-streams.png": streamsShot, "console-message.png": messageShot} {
 		if err := os.WriteFile(filepath.Join(dir, name), shot, 0o644); err != nil {
@@ -130,7 +142,7 @@ type browserRun struct {
 }
 
 func (b *browserRun) timeout() context.Context {
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, 45*time.Second)
 	b.t.Cleanup(cancel)
 	return ctx
 }
