@@ -321,7 +321,7 @@ func TestEveryConsolePathTheDocsNameIsServed(t *testing.T) {
 	c := f.client(t)
 	c.login(t, readToken)
 	seen := 0
-	for _, file := range []string{"../../docs/operations.md", "../../docs/configuration.md", "../../README.md"} {
+	for _, file := range []string{"../../docs/operations.md", "../../docs/configuration.md", "../../docs/security.md", "../../README.md"} {
 		text, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
