@@ -219,3 +219,36 @@ func TestStreamsAndMessagesPagesShowTheOutbox(t *testing.T) {
 		t.Errorf("the script: %d", p.status)
 	}
 }
+
+// TestAMessageOfAnUnorderedStreamIsSkippedByItsID: only an ordered stream has a head
+// to skip; elsewhere the page offers the message itself.
+func TestAMessageOfAnUnorderedStreamIsSkippedByItsID(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config.UIOn)
+	id := f.insert(t, "orders", "k", nil, []byte(`{}`))
+	f.fail(t, id, "poison")
+	head := f.insert(t, "payments", "acct-1", nil, []byte(`{}`))
+	f.fail(t, head, "poison")
+	c := f.client(t)
+	csrf := c.login(t, adminToken)
+	if p := c.get(t, "/ui/message?id="+itoa(id)); !strings.Contains(p.body, "Skip this message") || strings.Contains(p.body, "Skip the head") {
+		t.Errorf("a failed message of an unordered stream should offer to skip itself, not a head:\n%s", p.body)
+	}
+	if p := c.get(t, "/ui/message?id="+itoa(head)); !strings.Contains(p.body, "Skip the head of this key") {
+		t.Errorf("a failed head of an ordered stream should offer to skip the head:\n%s", p.body)
+	}
+	form := url.Values{"csrf": {csrf}, "action": {"skip"}, "id": {itoa(id)}}
+	if p := c.do(t, "POST", "/ui/confirm", form); p.status != http.StatusOK || !strings.Contains(p.body, "skip message "+itoa(id)) {
+		t.Fatalf("confirm a skip by id: %d %s", p.status, p.body)
+	}
+	if p := c.do(t, "POST", "/ui/act", form); p.status != http.StatusOK || !strings.Contains(p.body, "skipped 1 message(s)") {
+		t.Fatalf("skip by id: %d %s", p.status, p.body)
+	}
+	var skipped bool
+	if err := f.pg.Pool.QueryRow(f.ctx, `SELECT skipped_at IS NOT NULL FROM `+f.pg.Table.Qualified()+` WHERE id = $1`, id).Scan(&skipped); err != nil {
+		t.Fatal(err)
+	}
+	if !skipped {
+		t.Fatalf("message %d after a skip by id is not skipped", id)
+	}
+}

@@ -128,6 +128,7 @@ func errWaiting(name string) error { return waitingError(name) }
 // outboxStats is one outbox's row group on the streams page.
 type outboxStats struct {
 	Name    string
+	Table   string
 	Streams []ops.StreamStats
 	Error   string
 }
@@ -150,7 +151,7 @@ func (c *console) sample(ctx context.Context) []outboxStats {
 			c.log.Warn("console stats failed", "outbox", o.Name, "err", err)
 			os.Error = err.Error()
 		}
-		os.Streams = st.Streams
+		os.Streams, os.Table = st.Streams, st.Table
 		out = append(out, os)
 	}
 	return out
@@ -224,6 +225,9 @@ type messageData struct {
 	Payload string
 	AsJSON  bool
 	Shown   int
+	// Ordered offers to skip the head of the message's key; otherwise the message
+	// itself is offered.
+	Ordered bool
 }
 
 type header struct{ Name, Value string }
@@ -248,6 +252,9 @@ func (c *console) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := messageData{Outbox: box.Name, M: m, Shown: len(m.Payload)}
+	for _, st := range box.Streams {
+		d.Ordered = d.Ordered || (st.Name == m.Stream && st.Ordered)
+	}
 	for k, v := range m.Headers {
 		d.Headers = append(d.Headers, header{k, v})
 	}
