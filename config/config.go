@@ -248,6 +248,9 @@ type Tracing struct {
 	Endpoint    string  `yaml:"endpoint" redact:"urls"`
 	SampleRatio float64 `yaml:"sample_ratio"`
 	ServiceName string  `yaml:"service_name"`
+	// UIURL is a trace viewer's address for one trace, {trace_id} standing for the id;
+	// the web console links a message's trace there. Empty: no link.
+	UIURL string `yaml:"ui_url"`
 }
 
 // Default returns every documented default. It has no streams and no drivers.

@@ -281,6 +281,16 @@ func (v *checker) tracing(key string, t Tracing) {
 		v.Add(k("sample_ratio"), "must be between 0 and 1, got %v", t.SampleRatio)
 	}
 	v.Required(k("service_name"), t.ServiceName)
+	if t.UIURL != "" {
+		switch {
+		case !strings.Contains(t.UIURL, "{trace_id}"):
+			v.Add(k("ui_url"), "must hold {trace_id} where the trace id goes, e.g. http://127.0.0.1:16686/trace/{trace_id}")
+		default:
+			if msg := endpointProblem(strings.ReplaceAll(t.UIURL, "{trace_id}", "0")); msg != "" {
+				v.Add(k("ui_url"), "want an http:// or https:// URL, got %s: %s", quoteShort(t.UIURL), msg)
+			}
+		}
+	}
 }
 
 func endpointProblem(s string) string {

@@ -126,6 +126,8 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		}, "http.read_token", "must differ from http.admin_token"},
 		{"Redacted output pasted back as the read token is a problem.", func(c *Config) { c.HTTP.ReadToken = "[REDACTED]" }, "http.read_token", "placeholder"},
 		{"Redacted output pasted back as a secret is a problem.", func(c *Config) { c.HTTP.AdminToken = "[REDACTED]" }, "http.admin_token", "placeholder"},
+		{"A trace viewer URL without {trace_id} is a problem.", func(c *Config) { c.Tracing.UIURL = "http://jaeger:16686/trace/" }, "tracing.ui_url", "must hold {trace_id}"},
+		{"A trace viewer URL that is not http or https is a problem.", func(c *Config) { c.Tracing.UIURL = "javascript:alert({trace_id})" }, "tracing.ui_url", "want an http:// or https:// URL"},
 		{"A console mode that is not off, on or readonly is a problem.", func(c *Config) { c.HTTP.UI = "yes" }, "http.ui", "want one of off, on, readonly"},
 		{"A console with actions but no admin token is a problem.", func(c *Config) { c.HTTP.UI = "on"; c.HTTP.ReadToken = "read-token-0123456789" }, "http.ui", "on needs http.admin_token"},
 		{"A read-only console with no token at all is a problem.", func(c *Config) { c.HTTP.UI = "readonly" }, "http.ui", "readonly needs http.read_token or http.admin_token"},

@@ -45,7 +45,7 @@ func (a *adminServer) console(cfg *config.Config, logger *slog.Logger) http.Hand
 	}
 	a.consoleOutboxes.CompareAndSwap(nil, &waiting) // serve may have filled it already
 	return console.New(console.Options{Mode: cfg.HTTP.UI, AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken,
-		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger})
+		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger, TraceURL: cfg.Tracing.UIURL})
 }
 
 // multi reports whether the process serves an outboxes list.

@@ -57,6 +57,8 @@ type Options struct {
 	Now func() time.Time
 	// SessionTTL is how long a login lasts; zero is 8 hours.
 	SessionTTL time.Duration
+	// TraceURL, when set, is tracing.ui_url: a message's trace id links there.
+	TraceURL string
 }
 
 // Prefix is where the console is served.

@@ -337,3 +337,32 @@ func TestEveryConsolePathTheDocsNameIsServed(t *testing.T) {
 		t.Fatal("the docs name no console path")
 	}
 }
+
+// TestATraceIDLinksToTheConfiguredViewer: a valid traceparent shows its trace id,
+// linked when tracing.ui_url is set; a forged one shows no link.
+func TestATraceIDLinksToTheConfiguredViewer(t *testing.T) {
+	t.Parallel()
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	pg := testenv.NewPG(t)
+	st, err := store.New(pg.Pool, pg.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	f := &fixture{pg: pg, ctx: ctx}
+	f.srv = httptest.NewServer(console.New(console.Options{Mode: config.UIReadonly, ReadToken: readToken,
+		TraceURL: "https://jaeger.example/trace/{trace_id}",
+		Outboxes: func() []console.Outbox { return []console.Outbox{{Name: "main", Store: st}} }}))
+	t.Cleanup(f.srv.Close)
+	good := f.insert(t, "orders", "", map[string]string{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01"}, []byte(`{}`))
+	forged := f.insert(t, "orders", "", map[string]string{"traceparent": `00-"><script>x</script>-00f067aa0ba902b7-01`}, []byte(`{}`))
+	c := f.client(t)
+	c.login(t, readToken)
+	if p := c.get(t, "/ui/message?id="+itoa(good)); !strings.Contains(p.body, `<a href="https://jaeger.example/trace/`+trace+`" rel="noopener noreferrer">`+trace+`</a>`) {
+		t.Errorf("a message with a traceparent does not link its trace:\n%s", p.body)
+	}
+	if p := c.get(t, "/ui/message?id="+itoa(forged)); strings.Contains(p.body, "jaeger.example") || strings.Contains(p.body, "<script>x") {
+		t.Errorf("a forged traceparent was linked or rendered raw:\n%s", p.body)
+	}
+}

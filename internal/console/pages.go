@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/ops"
@@ -228,6 +230,25 @@ type messageData struct {
 	// Ordered offers to skip the head of the message's key; otherwise the message
 	// itself is offered.
 	Ordered bool
+	// TraceID is the trace of the message's traceparent header, if it has a valid one;
+	// TraceLink its page in the trace viewer (tracing.ui_url), if one is configured.
+	TraceID, TraceLink string
+}
+
+// traceparent is a W3C trace context header of version 00 or later.
+var traceparent = regexp.MustCompile(`^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// traceOf returns the trace id of a message's traceparent header, or "". An all-zero
+// id is invalid by the specification.
+func traceOf(headers map[string]string) string {
+	for k, v := range headers {
+		if strings.EqualFold(k, "traceparent") {
+			if m := traceparent.FindStringSubmatch(strings.TrimSpace(v)); m != nil && strings.Trim(m[1], "0") != "" {
+				return m[1]
+			}
+		}
+	}
+	return ""
 }
 
 type header struct{ Name, Value string }
@@ -265,6 +286,9 @@ func (c *console) message(w http.ResponseWriter, r *http.Request) {
 		return 1
 	})
 	d.Payload, d.AsJSON = showPayload(m.Payload, m.Truncated)
+	if d.TraceID = traceOf(m.Headers); d.TraceID != "" && c.opt.TraceURL != "" {
+		d.TraceLink = strings.ReplaceAll(c.opt.TraceURL, "{trace_id}", d.TraceID)
+	}
 	c.render(w, r, http.StatusOK, "message", sessionOf(r), d)
 }
 
