@@ -230,7 +230,17 @@ type HTTP struct {
 	// only. Either set closes the API to requests that present neither.
 	AdminToken Secret `yaml:"admin_token"`
 	ReadToken  Secret `yaml:"read_token"`
+	// UI serves the operators' web console at /ui/: off, on (actions with the admin
+	// token) or readonly (no actions). It is never served without a token to log in with.
+	UI string `yaml:"ui"`
 }
+
+// The web console's modes (http.ui).
+const (
+	UIOff      = "off"
+	UIOn       = "on"
+	UIReadonly = "readonly"
+)
 
 // Tracing configures OTLP/HTTP trace export.
 type Tracing struct {
@@ -238,6 +248,9 @@ type Tracing struct {
 	Endpoint    string  `yaml:"endpoint" redact:"urls"`
 	SampleRatio float64 `yaml:"sample_ratio"`
 	ServiceName string  `yaml:"service_name"`
+	// UIURL is a trace viewer's address for one trace, {trace_id} standing for the id;
+	// the web console links a message's trace there. Empty: no link.
+	UIURL string `yaml:"ui_url"`
 }
 
 // Default returns every documented default. It has no streams and no drivers.
@@ -258,7 +271,7 @@ func Default() Config {
 			Partitions:    Partitions{Interval: 24 * time.Hour, Ahead: 3},
 			StatsInterval: 10 * time.Second,
 		},
-		HTTP:    HTTP{Addr: "127.0.0.1:9600"},
+		HTTP:    HTTP{Addr: "127.0.0.1:9600", UI: UIOff},
 		Tracing: Tracing{SampleRatio: 1, ServiceName: "outboxd"},
 	}
 }

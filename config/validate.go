@@ -253,6 +253,16 @@ func (v *checker) http(key string, h HTTP) {
 	if h.ReadToken != "" && h.ReadToken == h.AdminToken {
 		v.Add(key+".read_token", "must differ from http.admin_token, or the read token would allow writes")
 	}
+	// A console is never open without a token: its login is the token.
+	if h.UI != "" { // the zero value is off
+		v.OneOf(key+".ui", h.UI, UIOff, UIOn, UIReadonly)
+	}
+	switch {
+	case h.UI == UIOn && h.AdminToken == "":
+		v.Add(key+".ui", "on needs http.admin_token (the console's actions and login); set it, or use readonly with http.read_token, or off")
+	case h.UI == UIReadonly && h.AdminToken == "" && h.ReadToken == "":
+		v.Add(key+".ui", "readonly needs http.read_token or http.admin_token to log in with; set one, or use off")
+	}
 }
 
 func hostPortProblem(s string, listen bool) string { return driveropt.HostPortProblem(s, listen) }
@@ -271,6 +281,16 @@ func (v *checker) tracing(key string, t Tracing) {
 		v.Add(k("sample_ratio"), "must be between 0 and 1, got %v", t.SampleRatio)
 	}
 	v.Required(k("service_name"), t.ServiceName)
+	if t.UIURL != "" {
+		switch {
+		case !strings.Contains(t.UIURL, "{trace_id}"):
+			v.Add(k("ui_url"), "must hold {trace_id} where the trace id goes, e.g. http://127.0.0.1:16686/trace/{trace_id}")
+		default:
+			if msg := endpointProblem(strings.ReplaceAll(t.UIURL, "{trace_id}", "0")); msg != "" {
+				v.Add(k("ui_url"), "want an http:// or https:// URL, got %s: %s", quoteShort(t.UIURL), msg)
+			}
+		}
+	}
 }
 
 func endpointProblem(s string) string {

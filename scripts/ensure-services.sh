@@ -98,8 +98,22 @@ outboxd_ensure_pgbouncer() {
 	fi
 }
 
+# Chromium is a binary too: the web console's browser test (internal/console) starts it
+# headless at /usr/bin/chromium, skipping without it (failing under OUTBOXD_REQUIRE_SERVICES=1).
+outboxd_ensure_chromium() {
+	if [[ -x /usr/bin/chromium ]]; then
+		echo "ensure-services: using /usr/bin/chromium (the console's browser test)" >&2
+		return 0
+	fi
+	outboxd_apt_install chromium || true
+	if [[ ! -x /usr/bin/chromium ]]; then
+		echo "ensure-services: no /usr/bin/chromium: the console's browser test skips (apt-get install chromium)" >&2
+	fi
+}
+
 outboxd_ensure_services() {
 	outboxd_ensure_redis
 	outboxd_ensure_rabbitmq
 	outboxd_ensure_pgbouncer
+	outboxd_ensure_chromium
 }

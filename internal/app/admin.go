@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/admin"
+	"github.com/outboxd/outboxd/internal/console"
 	"github.com/outboxd/outboxd/internal/ops"
 )
 
@@ -25,6 +27,25 @@ type adminServer struct {
 	outboxes []*outbox
 	current  atomic.Pointer[http.Handler] // what the listener serves now
 	mu       sync.Mutex                   // serialises serve
+	// consoleOutboxes is what the web console (http.ui) shows now; serve updates it
+	// as outboxes connect, while the console and its sessions live as long as the
+	// listener.
+	consoleOutboxes atomic.Pointer[[]console.Outbox]
+}
+
+// console returns the web console's handler, or nil when http.ui is off.
+func (a *adminServer) console(cfg *config.Config, logger *slog.Logger) http.Handler {
+	if cfg.HTTP.UI != config.UIOn && cfg.HTTP.UI != config.UIReadonly {
+		return nil
+	}
+	waiting := make([]console.Outbox, len(a.outboxes))
+	for i, o := range a.outboxes {
+		streams, _ := ops.Describe(o.cfg)
+		waiting[i] = console.Outbox{Name: o.name, Streams: streams}
+	}
+	a.consoleOutboxes.CompareAndSwap(nil, &waiting) // serve may have filled it already
+	return console.New(console.Options{Mode: cfg.HTTP.UI, AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken,
+		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger, TraceURL: cfg.Tracing.UIURL})
 }
 
 // multi reports whether the process serves an outboxes list.
@@ -65,9 +86,22 @@ func (a *adminServer) listen(cfg *config.Config, metrics http.Handler, logger *s
 		logger.Warn("the admin API's reads are open to anyone who reaches http.addr: set http.read_token "+
 			"(or http.admin_token) to require a token, or listen on 127.0.0.1", "addr", ln.Addr().String())
 	}
+	ui := a.console(cfg, logger)
+	if ui != nil {
+		logger.Info("web console served", "path", console.Prefix, "mode", cfg.HTTP.UI)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*a.current.Load()).ServeHTTP(w, r) })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case ui != nil && r.URL.Path == "/ui":
+			http.Redirect(w, r, console.Prefix, http.StatusSeeOther)
+		case ui != nil && strings.HasPrefix(r.URL.Path, console.Prefix):
+			ui.ServeHTTP(w, r)
+		default:
+			(*a.current.Load()).ServeHTTP(w, r)
+		}
+	})
 	go func() { served <- admin.ServeListener(ctx, ln, h) }()
 	return func() error { cancel(); return <-served }, nil
 }
@@ -81,11 +115,13 @@ func (a *adminServer) serve(cfg *config.Config, metrics http.Handler, logger *sl
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	opt := admin.Options{AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken, Metrics: metrics, Logger: logger}
+	shown := make([]console.Outbox, 0, len(a.outboxes))
 	for _, o := range a.outboxes {
 		streams, drivers := ops.Describe(o.cfg)
 		ao := admin.Outbox{Name: o.name, Waiting: o.waiting, Streams: streams, Drivers: drivers, Breakers: o.breakers.States}
+		co := console.Outbox{Name: o.name, Streams: streams, Breakers: o.breakers.States}
 		if d := o.disp.Load(); d != nil {
-			ao.Store = d.store
+			ao.Store, co.Store = d.store, d.store
 			ao.Ready = []admin.Check{{Name: "listener", Probe: func(context.Context) error {
 				if d.listener.Connected() {
 					return nil
@@ -94,7 +130,9 @@ func (a *adminServer) serve(cfg *config.Config, metrics http.Handler, logger *sl
 			}}}
 		}
 		opt.Outboxes = append(opt.Outboxes, ao)
+		shown = append(shown, co)
 	}
+	a.consoleOutboxes.Store(&shown)
 	if !a.multi() {
 		one := opt.Outboxes[0]
 		if one.Store == nil {

@@ -1,0 +1,305 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/ops"
+)
+
+// page is one template set: the layout and one page's content.
+type page struct{ t *template.Template }
+
+var funcs = template.FuncMap{
+	"age": func(sec float64) string {
+		if sec <= 0 {
+			return "—"
+		}
+		return time.Duration(sec * float64(time.Second)).Round(time.Second).String()
+	},
+	"when": func(t *time.Time) string {
+		if t == nil {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"ptr": func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	},
+	"deref": func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	},
+}
+
+// parsePages parses every page once, each with the layout; a template that does not
+// parse is a build mistake.
+func parsePages() map[string]*page {
+	out := map[string]*page{}
+	for _, name := range []string{"login", "streams", "messages", "message", "confirm", "done", "error"} {
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
+			"templates/layout.html", "templates/streams_table.html", "templates/"+name+".html"))
+		out[name] = &page{t: t}
+	}
+	return out
+}
+
+// view is what every page's layout reads.
+type view struct {
+	Title  string
+	CSRF   string
+	Role   string
+	CanAct bool
+	Data   any
+}
+
+// render writes page name with data, as status. A template that fails to execute
+// (a bug) is logged and answered 500 without a half-written page.
+func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, s *session, data any) {
+	v := view{Title: name, Data: data}
+	if s != nil {
+		v.CSRF, v.Role, v.CanAct = s.csrf, string(s.role), c.canAct(s)
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].t.Execute(&buf, v); err != nil {
+		c.log.Error("console page failed to render", "page", name, "err", err)
+		http.Error(w, "the page failed to render; see the log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail answers with the error page: msg, as text, and status.
+func (c *console) fail(w http.ResponseWriter, r *http.Request, s *session, status int, msg string) {
+	c.render(w, r, status, "error", s, msg)
+}
+
+// failErr answers an ops error with its status; a failure of the database is logged.
+func (c *console) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	if status >= 500 {
+		c.log.Error("console request failed", "path", r.URL.Path, "err", err)
+	}
+	c.fail(w, r, sessionOf(r), status, err.Error())
+}
+
+// pick returns the outbox the request names (outbox parameter), or the only one.
+func (c *console) pick(name, stream string) (Outbox, *ops.Ops, error) {
+	all := c.opt.Outboxes()
+	targets := make([]ops.Target, len(all))
+	for i, o := range all {
+		targets[i] = ops.Target{Name: o.Name}
+		for _, s := range o.Streams {
+			targets[i].Streams = append(targets[i].Streams, s.Name)
+		}
+	}
+	i, err := ops.Pick(targets, name, stream)
+	if err != nil {
+		return Outbox{}, nil, err
+	}
+	o := all[i]
+	if o.Store == nil {
+		return Outbox{}, nil, errWaiting(o.Name)
+	}
+	return o, ops.New(o.Store, c.now), nil
+}
+
+type waitingError string
+
+func (e waitingError) Error() string {
+	return "outbox " + string(e) + " is not connected yet: its database has not answered; try again in a moment"
+}
+func errWaiting(name string) error { return waitingError(name) }
+
+// outboxStats is one outbox's row group on the streams page.
+type outboxStats struct {
+	Name    string
+	Table   string
+	Streams []ops.StreamStats
+	Error   string
+}
+
+func (c *console) sample(ctx context.Context) []outboxStats {
+	var out []outboxStats
+	for _, o := range c.opt.Outboxes() {
+		os := outboxStats{Name: o.Name}
+		if o.Store == nil {
+			os.Error = errWaiting(o.Name).Error()
+			out = append(out, os)
+			continue
+		}
+		req := ops.StatsRequest{Streams: o.Streams}
+		if o.Breakers != nil {
+			req.Breakers = o.Breakers()
+		}
+		st, err := ops.New(o.Store, c.now).Stats(ctx, req)
+		if err != nil {
+			c.log.Warn("console stats failed", "outbox", o.Name, "err", err)
+			os.Error = err.Error()
+		}
+		os.Streams, os.Table = st.Streams, st.Table
+		out = append(out, os)
+	}
+	return out
+}
+
+func (c *console) streams(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	c.render(w, r, http.StatusOK, "streams", sessionOf(r), c.sample(ctx))
+}
+
+// streamsTable is the streams table alone, fetched every few seconds by the page.
+func (c *console) streamsTable(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	var buf bytes.Buffer
+	if err := c.pages["streams"].t.ExecuteTemplate(&buf, "streams_table", c.sample(ctx)); err != nil {
+		c.log.Error("console fragment failed to render", "err", err)
+		http.Error(w, "the table failed to render; see the log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// messagesData is the listing page: the filter as given, the outboxes to choose
+// from, and one page of rows.
+type messagesData struct {
+	Outbox   string
+	Outboxes []string
+	Query    ops.MessageQuery
+	Statuses []string
+	Page     ops.MessagePage
+	Error    string
+}
+
+var statuses = []string{"pending", "leased", "delivered", "failed", "expired"}
+
+func (c *console) messages(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d := messagesData{Outbox: q.Get("outbox"), Statuses: statuses, Query: ops.MessageQuery{
+		Stream: q.Get("stream"), Status: q.Get("status"), Since: q.Get("since"), Until: q.Get("until"),
+		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
+	}}
+	for _, o := range c.opt.Outboxes() {
+		d.Outboxes = append(d.Outboxes, o.Name)
+	}
+	status := http.StatusOK
+	box, o, err := c.pick(d.Outbox, d.Query.Stream)
+	if err == nil {
+		d.Outbox = box.Name // picked by stream: the links name it, as ids repeat across outboxes
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		d.Page, err = o.ListMessages(ctx, d.Query)
+	}
+	if err != nil {
+		status, d.Error = statusOf(err), err.Error()
+		if status >= 500 {
+			c.log.Error("console listing failed", "err", err)
+		}
+	}
+	c.render(w, r, status, "messages", sessionOf(r), d)
+}
+
+// messageData is one message opened.
+type messageData struct {
+	Outbox  string
+	M       ops.MessageDetail
+	Headers []header
+	// Payload is the payload as shown: indented JSON, or a hex dump.
+	Payload string
+	AsJSON  bool
+	Shown   int
+	// Ordered offers to skip the head of the message's key; otherwise the message
+	// itself is offered.
+	Ordered bool
+	// TraceID is the trace of the message's traceparent header, if it has a valid one;
+	// TraceLink its page in the trace viewer (tracing.ui_url), if one is configured.
+	TraceID, TraceLink string
+}
+
+// traceparent is a W3C trace context header of version 00 or later.
+var traceparent = regexp.MustCompile(`^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// traceOf returns the trace id of a message's traceparent header, or "". An all-zero
+// id is invalid by the specification.
+func traceOf(headers map[string]string) string {
+	for k, v := range headers {
+		if strings.EqualFold(k, "traceparent") {
+			if m := traceparent.FindStringSubmatch(strings.TrimSpace(v)); m != nil && strings.Trim(m[1], "0") != "" {
+				return m[1]
+			}
+		}
+	}
+	return ""
+}
+
+type header struct{ Name, Value string }
+
+func (c *console) message(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	id, err := strconv.ParseInt(q.Get("id"), 10, 64)
+	if err != nil {
+		c.fail(w, r, sessionOf(r), http.StatusBadRequest, "id: want a message id, a whole number, got "+strconv.Quote(q.Get("id")))
+		return
+	}
+	box, o, err := c.pick(q.Get("outbox"), "")
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	m, err := o.OpenMessage(ctx, id)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	d := messageData{Outbox: box.Name, M: m, Shown: len(m.Payload)}
+	for _, st := range box.Streams {
+		d.Ordered = d.Ordered || (st.Name == m.Stream && st.Ordered)
+	}
+	for k, v := range m.Headers {
+		d.Headers = append(d.Headers, header{k, v})
+	}
+	slices.SortFunc(d.Headers, func(a, b header) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	d.Payload, d.AsJSON = showPayload(m.Payload, m.Truncated)
+	if d.TraceID = traceOf(m.Headers); d.TraceID != "" && c.opt.TraceURL != "" {
+		d.TraceLink = strings.ReplaceAll(c.opt.TraceURL, "{trace_id}", d.TraceID)
+	}
+	c.render(w, r, http.StatusOK, "message", sessionOf(r), d)
+}
+
+// showPayload shows a whole JSON payload indented, and anything else (or a JSON one
+// cut short) as a hex dump.
+func showPayload(p []byte, truncated bool) (string, bool) {
+	if !truncated && json.Valid(p) {
+		var buf bytes.Buffer
+		if json.Indent(&buf, p, "", "  ") == nil {
+			return buf.String(), true
+		}
+	}
+	return hex.Dump(p), false
+}
