@@ -208,3 +208,21 @@ var (
 	_ binding.Message               = (*headerMessage)(nil)
 	_ binding.MessageMetadataReader = (*headerMessage)(nil)
 )
+
+// HeaderName is one case of HeaderNames: the attribute, and the header (or property)
+// its binding carries it in.
+type HeaderName struct{ Name, Attr, Want string }
+
+// HeaderNames checks, a subtest per case, that b names each attribute's header as the
+// case says.
+func HeaderNames(t *testing.T, b router.EventBinding, cases []HeaderName) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			if got := b.EventHeader(tc.Attr); got != tc.Want {
+				t.Fatalf("EventHeader(%q) = %q, want %q", tc.Attr, got, tc.Want)
+			}
+		})
+	}
+}

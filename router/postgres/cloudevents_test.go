@@ -20,18 +20,10 @@ func TestCloudEventsArriveAsTheSDKDecodesThem(t *testing.T) {
 
 func TestEachCloudEventsAttributeHasItsBindingsHeader(t *testing.T) {
 	t.Parallel()
-	cases := []struct{ name, attr, want string }{
-		{"the id takes the binding's prefix", "id", "ce-id"},
-		{"the type takes the binding's prefix", "type", "ce-type"},
-		{"an extension takes the binding's prefix", "region", "ce-region"},
-		{"the data content type is the content-type header", "datacontenttype", "content-type"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			if got := (*Driver)(nil).EventHeader(tc.attr); got != tc.want {
-				t.Fatalf("EventHeader(%q) = %q, want %q", tc.attr, got, tc.want)
-			}
-		})
-	}
+	cetest.HeaderNames(t, (*Driver)(nil), []cetest.HeaderName{
+		{Name: "the id takes the binding's prefix", Attr: "id", Want: "ce-id"},
+		{Name: "the type takes the binding's prefix", Attr: "type", Want: "ce-type"},
+		{Name: "an extension takes the binding's prefix", Attr: "region", Want: "ce-region"},
+		{Name: "the data content type is the content-type header", Attr: "datacontenttype", Want: "content-type"},
+	})
 }
