@@ -62,17 +62,9 @@ func (s *server) messages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	if !s.noParams(w, r) {
-		return
-	}
 	var req ops.RequeueRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	o, err := s.pick(req.Outbox, req.Stream)
-	if err != nil {
-		s.fail(w, r, err)
+	o, ok := s.writeRequest(w, r, &req, &req.Outbox, &req.Stream)
+	if !ok {
 		return
 	}
 	// Each chunk has its own deadline; the whole request stays within the server's
@@ -97,17 +89,9 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) skip(w http.ResponseWriter, r *http.Request) {
-	if !s.noParams(w, r) {
-		return
-	}
 	var req ops.SkipRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	o, err := s.pick(req.Outbox, req.Stream)
-	if err != nil {
-		s.fail(w, r, err)
+	o, ok := s.writeRequest(w, r, &req, &req.Outbox, &req.Stream)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
@@ -130,17 +114,9 @@ func (s *server) skip(w http.ResponseWriter, r *http.Request) {
 const replayBudget = requestTimeout / 2
 
 func (s *server) replay(w http.ResponseWriter, r *http.Request) {
-	if !s.noParams(w, r) {
-		return
-	}
 	var req ops.ReplayRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	o, err := s.pick(req.Outbox, req.Stream)
-	if err != nil {
-		s.fail(w, r, err)
+	o, ok := s.writeRequest(w, r, &req, &req.Outbox, &req.Stream)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
@@ -239,4 +215,23 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.log.Error("admin request failed", "path", r.URL.Path, "err", err)
 	writeError(w, status, err.Error())
+}
+
+// writeRequest reads a write's JSON body into req, refusing query parameters, and picks
+// the outbox that *outbox and *stream (fields of req, read once it is decoded) name. On
+// false it has answered the request.
+func (s *server) writeRequest(w http.ResponseWriter, r *http.Request, req any, outbox, stream *string) (served, bool) {
+	if !s.noParams(w, r) {
+		return served{}, false
+	}
+	if err := decodeBody(w, r, req); err != nil {
+		s.fail(w, r, err)
+		return served{}, false
+	}
+	o, err := s.pick(*outbox, *stream)
+	if err != nil {
+		s.fail(w, r, err)
+		return served{}, false
+	}
+	return o, true
 }
