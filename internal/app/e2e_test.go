@@ -87,7 +87,14 @@ func (w *world) startDispatcher(t *testing.T, replica string) (stop func()) {
 	logger := slog.New(slog.DiscardHandler)
 	d, err := NewDispatcher(w.ctx, &cfg, logger, Options{})
 	must(t, err)
-	ctx, cancel := context.WithCancel(w.ctx)
+	return runDispatcher(t, w.ctx, d, "dispatcher "+replica)
+}
+
+// runDispatcher runs d until the returned stop (also a cleanup of t) cancels it and
+// waits for Run to end; an error Run returns fails the test, named by what.
+func runDispatcher(t *testing.T, ctx context.Context, d *Dispatcher, what string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	var once sync.Once
@@ -95,7 +102,7 @@ func (w *world) startDispatcher(t *testing.T, replica string) (stop func()) {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
-				t.Errorf("dispatcher %s: %v", replica, err)
+				t.Errorf("%s: %v", what, err)
 			}
 		})
 	}

@@ -102,19 +102,7 @@ func (w *pooledWorld) start(t *testing.T, cfg config.Config, replica string) (st
 		})
 	}})
 	must(t, err)
-	ctx, cancel := context.WithCancel(w.ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("replica %s: %v", replica, err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop = runDispatcher(t, w.ctx, d, "replica "+replica)
 	for deadline := time.Now().Add(30 * time.Second); !d.ListenerConnected(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("replica %s: the listener did not connect within 30s", replica)
