@@ -64,25 +64,23 @@ func statsCmd(ctx context.Context, e env) error {
 	}
 	// Every outbox, each on its own: one whose database does not answer is reported in
 	// its entry, and the others still show.
-	var all ops.AllStats
-	failed := false
-	for _, ob := range cfg.Served() {
-		entry := ops.OutboxStats{Stats: ops.Stats{Outbox: ob.Name, Table: ob.Table().String(), Streams: []ops.StreamStats{}, Drivers: []ops.Driver{}}}
-		err := withOutbox(ctx, cfg, "stats", ob.Name, "", func(o *ops.Ops, one1 *config.Config, _ string) error {
-			st, err := one(o, one1)
-			st.Outbox = ob.Name
-			entry.Stats = st
+	served := cfg.Served()
+	names := make([]string, len(served))
+	for i, ob := range served {
+		names[i] = ob.Name
+	}
+	all, err := ops.StatsOfEach(names, func(i int) (st ops.Stats, err error) {
+		st.Table = served[i].Table().String()
+		err = withOutbox(ctx, cfg, "stats", names[i], "", func(o *ops.Ops, one1 *config.Config, _ string) error {
+			st, err = one(o, one1)
 			return err
 		})
-		if err != nil {
-			entry.Error, failed = err.Error(), true
-		}
-		all.Outboxes = append(all.Outboxes, entry)
+		return st, err
+	})
+	if serr := show(e.stdout, *asJSON, all, nil); serr != nil {
+		return serr
 	}
-	if err := show(e.stdout, *asJSON, all, nil); err != nil {
-		return err
-	}
-	if failed {
+	if err != nil {
 		return errors.New("stats: some outboxes could not be read (see their entries)")
 	}
 	return nil

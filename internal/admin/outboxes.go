@@ -99,23 +99,23 @@ func (s *server) statsOf(ctx context.Context, o served) (ops.Stats, error) {
 	return st, err
 }
 
-// allStats samples every outbox; one that fails is reported in its entry.
+// allStats samples every outbox (ops.StatsOfEach); one that fails is reported in its
+// entry, with its configured drivers.
 func (s *server) allStats(ctx context.Context) ops.AllStats {
-	out := ops.AllStats{Outboxes: make([]ops.OutboxStats, len(s.outboxes))}
+	names := make([]string, len(s.outboxes))
 	for i, o := range s.outboxes {
+		names[i] = o.Name
+	}
+	all, err := ops.StatsOfEach(names, func(i int) (ops.Stats, error) {
+		o := s.outboxes[i]
 		st, err := s.statsOf(ctx, o)
-		st.Outbox = o.Name
-		if st.Streams == nil {
-			st.Streams = []ops.StreamStats{}
-		}
 		if st.Drivers == nil {
 			st.Drivers = o.Drivers
 		}
-		out.Outboxes[i] = ops.OutboxStats{Stats: st}
-		if err != nil {
-			out.Outboxes[i].Error = err.Error()
-			s.log.Warn("stats of an outbox failed", "outbox", o.Name, "err", err)
-		}
+		return st, err
+	})
+	if err != nil {
+		s.log.Warn("stats of an outbox failed", "err", err)
 	}
-	return out
+	return all
 }

@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -64,4 +66,29 @@ type OutboxStats struct {
 // replica serves several outboxes and the request names none.
 type AllStats struct {
 	Outboxes []OutboxStats `json:"outboxes"`
+}
+
+// StatsOfEach gathers the stats of the outboxes names lists, calling stats once per
+// outbox in order: an outbox whose stats fail is reported in its entry, with whatever
+// stats returned beside the error, and the others still show. The error joins every
+// outbox's failure, each prefixed by its name; nil when all answered.
+func StatsOfEach(names []string, stats func(i int) (Stats, error)) (AllStats, error) {
+	all := AllStats{Outboxes: make([]OutboxStats, len(names))}
+	var errs []error
+	for i, name := range names {
+		st, err := stats(i)
+		st.Outbox = name
+		if st.Streams == nil {
+			st.Streams = []StreamStats{}
+		}
+		if st.Drivers == nil {
+			st.Drivers = []Driver{}
+		}
+		all.Outboxes[i] = OutboxStats{Stats: st}
+		if err != nil {
+			all.Outboxes[i].Error = err.Error()
+			errs = append(errs, fmt.Errorf("outbox %s: %w", name, err))
+		}
+	}
+	return all, errors.Join(errs...)
 }
