@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"slices"
 	"strings"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/demo"
@@ -52,31 +49,7 @@ func migrateCmd(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	served := cfg.Served()
-	if *outbox != "" {
-		served = slices.DeleteFunc(served, func(o config.Outbox) bool { return o.Name != *outbox })
-		if len(served) == 0 {
-			return usageError{msg: fmt.Sprintf("migrate: no outbox named %q in the configuration", *outbox)}
-		}
-	}
-	// Reverting drops rows: with several outboxes it acts on the one named only.
-	if len(served) > 1 && sub == "down" {
-		return usageError{msg: "migrate down: the configuration lists several outboxes; name one with --outbox"}
-	}
-	// Every outbox in turn, each under a line naming it; the first failure stops.
-	for _, o := range served {
-		if len(cfg.Outboxes) > 0 && sub != "sql" {
-			fmt.Fprintf(e.stdout, "outbox %s:\n", o.Name)
-		}
-		if err := asUsage[app.UsageError](app.MigrateCommand(ctx, cfg.ForOutbox(o), sub, all, fs.Args(), e.stdout)); err != nil {
-			var usage usageError
-			if len(cfg.Outboxes) > 0 && !errors.As(err, &usage) {
-				return fmt.Errorf("outbox %s: %w", o.Name, err)
-			}
-			return err
-		}
-	}
-	return nil
+	return asUsage[app.UsageError](app.MigrateOutboxes(ctx, cfg, *outbox, sub, all, fs.Args(), e.stdout))
 }
 
 func demoCmd(ctx context.Context, e env) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -111,6 +112,36 @@ func printStatus(stdout io.Writer, table string, layout migrations.Layout, v uin
 type UsageError string
 
 func (e UsageError) Error() string { return string(e) }
+
+// MigrateOutboxes runs MigrateCommand on every outbox of cfg in turn, or on the one
+// named outbox, each under a line naming it where cfg lists several; the first failure
+// stops. Reverting drops rows, so with several outboxes down acts on a named one only.
+func MigrateOutboxes(ctx context.Context, cfg *config.Config, outbox, sub string, all bool, args []string, stdout io.Writer) error {
+	served := cfg.Served()
+	if outbox != "" {
+		served = slices.DeleteFunc(served, func(o config.Outbox) bool { return o.Name != outbox })
+		if len(served) == 0 {
+			return UsageError(fmt.Sprintf("migrate: no outbox named %q in the configuration", outbox))
+		}
+	}
+	if len(served) > 1 && sub == "down" {
+		return UsageError("migrate down: the configuration lists several outboxes; name one with --outbox")
+	}
+	for _, o := range served {
+		if len(cfg.Outboxes) > 0 && sub != "sql" {
+			fmt.Fprintf(stdout, "outbox %s:\n", o.Name)
+		}
+		err := MigrateCommand(ctx, cfg.ForOutbox(o), sub, all, args, stdout)
+		var usage UsageError
+		if err != nil && len(cfg.Outboxes) > 0 && !errors.As(err, &usage) {
+			return fmt.Errorf("outbox %s: %w", o.Name, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // MigrateCommand is `outboxd migrate SUB [ARG]`, its flags parsed: it checks args, what
 // the command line left after the flags, and runs SUB. sql prints the script of the
