@@ -12,8 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/config"
@@ -161,30 +159,17 @@ func withOps(ctx context.Context, e env, fs *flag.FlagSet, outbox, stream string
 	return withOutbox(ctx, cfg, fs.Name(), outbox, stream, func(o *ops.Ops, one *config.Config, _ string) error { return f(o, one) })
 }
 
-// withOutbox connects to the outbox of cfg that outbox and stream pick and runs f with
-// its operations, its configuration as if the only one, and its name.
+// withOutbox connects to the outbox of cfg that outbox and stream pick (app.OpenOutbox)
+// and runs f with its operations, its configuration as if the only one, and its name.
 func withOutbox(ctx context.Context, cfg *config.Config, verb, outbox, stream string, f func(*ops.Ops, *config.Config, string) error) error {
-	served := cfg.Served()
-	targets := make([]ops.Target, len(served))
-	for i, o := range served {
-		targets[i] = ops.Target{Name: o.Name, Streams: slices.Sorted(maps.Keys(o.Streams))}
-	}
-	i, err := ops.Pick(targets, outbox, stream)
+	openCtx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	st, one, name, done, err := app.OpenOutbox(openCtx, cfg, outbox, stream)
 	if err != nil {
 		return opsError(verb, " (flag: --outbox)", err)
 	}
-	one := cfg.ForOutbox(served[i])
-	openCtx, cancel := context.WithTimeout(ctx, inspectTimeout)
-	defer cancel()
-	st, done, err := app.OpenStore(openCtx, one)
-	if err != nil {
-		if len(cfg.Outboxes) > 0 {
-			err = fmt.Errorf("outbox %s: %w", served[i].Name, err)
-		}
-		return err
-	}
 	defer done()
-	return f(ops.New(st, nil), one, served[i].Name)
+	return f(ops.New(st, nil), one, name)
 }
 
 // show prints an operation's result (ops.Show), or returns its error.

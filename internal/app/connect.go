@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/discard"
 	"github.com/outboxd/outboxd/router/jetstream"
@@ -189,6 +190,28 @@ func summary(d config.Driver) router.Summary {
 		return s.Summary()
 	}
 	return router.Summary{}
+}
+
+// OpenOutbox opens, as OpenStore does, the outbox of cfg that outbox and stream pick
+// (ops.Pick: the named one, else the only one, else the only one configuring stream),
+// and returns it with its configuration as if the only one and its name. A request
+// that picks none is refused with ops.ErrInvalid.
+func OpenOutbox(ctx context.Context, cfg *config.Config, outbox, stream string) (_ *store.Store, one *config.Config, name string, done func(), err error) {
+	served := cfg.Served()
+	targets := make([]ops.Target, len(served))
+	for i, o := range served {
+		targets[i] = ops.Target{Name: o.Name, Streams: slices.Sorted(maps.Keys(o.Streams))}
+	}
+	i, err := ops.Pick(targets, outbox, stream)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	one, name = cfg.ForOutbox(served[i]), served[i].Name
+	st, done, err := OpenStore(ctx, one)
+	if err != nil && len(cfg.Outboxes) > 0 {
+		err = fmt.Errorf("outbox %s: %w", name, err)
+	}
+	return st, one, name, done, err
 }
 
 // OpenStore connects to the configured table with a small pool, for one command, and
