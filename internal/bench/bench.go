@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -89,6 +91,17 @@ type benchSettings struct {
 	// Flow is every stream's streams.<name>.flow (--flow): whether its pipeline may
 	// flow, polling every millisecond while producers stop notifying.
 	Flow bool `json:"flow"`
+	// BaselineBinary is the A dispatcher of --baseline-binary; Rounds its A/B pairs.
+	BaselineBinary string `json:"baseline_binary,omitempty"`
+	Rounds         int    `json:"rounds"`
+	// The scale modes asked for: replica counts, configured stream counts, payload
+	// sizes, and the large backlog's pending rows and measured messages.
+	Replicas          []int   `json:"replicas,omitempty"`
+	ManyStreams       []int   `json:"many_streams,omitempty"`
+	IdleWindowSeconds float64 `json:"idle_window_seconds"`
+	Payloads          []int   `json:"payloads,omitempty"`
+	Backlog           int     `json:"backlog,omitempty"`
+	BacklogSample     int     `json:"backlog_sample"`
 }
 
 // The write-back modes of --ack.
@@ -100,8 +113,13 @@ const (
 // benchConfig is the configuration the dispatcher of one driver runs with, in this
 // process (latency) or as a child (drain, through benchEnviron).
 func benchConfig(o benchOptions, driverType string) (config.Config, error) {
+	return benchConfigStreams(o, driverType, benchStreams(o.set.Streams))
+}
+
+// benchConfigStreams is benchConfig with the streams names.
+func benchConfigStreams(o benchOptions, driverType string, names []string) (config.Config, error) {
 	cfg := config.Default()
-	cfg.DatabaseURL = o.dsn
+	cfg.DatabaseURL = withApplicationName(o.dsn, benchApplication)
 	cfg.Schema, cfg.TableName = benchTable.Schema, benchTable.Table
 	cfg.ReplicaID = benchReplica
 	cfg.HTTP.Addr = "127.0.0.1:0" // metrics on, as run's default, on a port nobody else holds
@@ -113,7 +131,7 @@ func benchConfig(o benchOptions, driverType string) (config.Config, error) {
 	opts := dest.options(o)
 	cfg.Drivers = map[string]config.Driver{benchDriverName: {Type: driverType, Options: opts}}
 	cfg.Streams = map[string]config.Stream{}
-	for _, name := range benchStreams(o.set.Streams) {
+	for _, name := range names {
 		s := config.DefaultStream()
 		s.Driver, s.TopicPrefix = benchDriverName, benchPrefix
 		s.BatchSize, s.Concurrency, s.Ordered, s.Flow = o.set.BatchSize, o.set.Concurrency, o.set.Ordered, o.set.Flow
@@ -132,6 +150,25 @@ func benchJanitor(s benchSettings) config.Janitor {
 		j.Retention = 0
 	}
 	return j
+}
+
+// benchApplication is the application_name of the dispatchers' sessions the bench
+// starts, by which it counts them in pg_stat_activity.
+const benchApplication = "outboxd_bench_dispatcher"
+
+// withApplicationName sets application_name in dsn (a URL or key=value pairs) unless
+// it sets one already.
+func withApplicationName(dsn, name string) string {
+	if strings.Contains(dsn, "application_name") {
+		return dsn
+	}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("application_name", name)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return strings.TrimSpace(dsn + " application_name=" + name)
 }
 
 func benchStreams(n int) []string {
@@ -159,6 +196,22 @@ type bench struct {
 	closers  []func() // the destinations' own, in setup order
 	// retainedUpTo is the last id of the --retained rows; phases keep ids up to it.
 	retainedUpTo int64
+	// readiness holds every drain's first dispatcher's exec → ready, in ms.
+	readiness [][2]float64
+	// missingIn counts the missing messages of the drains outside r.Drivers (A/B
+	// baselines, the scale modes), by where they went missing.
+	missingIn map[string]int64
+}
+
+// noteMissing records a drain's missing messages outside the per-driver drains.
+func (b *bench) noteMissing(where string, n int64) {
+	if n == 0 {
+		return
+	}
+	if b.missingIn == nil {
+		b.missingIn = map[string]int64{}
+	}
+	b.missingIn[where] += n
 }
 
 // Run is outboxd bench: it measures every phase and prints the report, failing when a
@@ -181,7 +234,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r := &b.report
 	r.Seconds = time.Since(started).Seconds()
-	r.finish()
+	r.ReadyMs = readyFigures(b.readiness)
+	r.finish(b.missingIn)
 	if opt.json {
 		out, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
@@ -194,9 +248,12 @@ func Run(ctx context.Context, o Options) error {
 	if r.Missing > 0 {
 		var where []string
 		for _, d := range r.Settings.Drivers {
-			if m := r.Drivers[d].Drain.Missing; m > 0 {
-				where = append(where, fmt.Sprintf("%d through %s", m, d))
+			if dr := r.Drivers[d]; dr != nil && dr.Drain.Missing > 0 {
+				where = append(where, fmt.Sprintf("%d through %s", dr.Drain.Missing, d))
 			}
+		}
+		for _, w := range slices.Sorted(maps.Keys(b.missingIn)) {
+			where = append(where, fmt.Sprintf("%d through %s", b.missingIn[w], w))
 		}
 		return fmt.Errorf("bench: committed messages missing after the drain: %s", strings.Join(where, ", "))
 	}
@@ -322,21 +379,62 @@ func dispatcherBinary(flagValue string) (string, error) {
 // table is emptied before each, and every drain starts from the same fresh backlog.
 func (b *bench) measure(ctx context.Context) error {
 	r := &b.report
+	s := b.opt.set
 	var err error
+	if len(s.Replicas) > 0 || len(s.ManyStreams) > 0 || len(s.Payloads) > 0 || s.Backlog > 0 {
+		return b.measureScale(ctx)
+	}
 	if r.Producer, err = b.producerCost(ctx); err != nil {
 		return err
 	}
 	if r.SQLCeiling, err = b.sqlCeiling(ctx); err != nil {
 		return err
 	}
-	for _, d := range b.opt.set.Drivers {
+	for _, d := range s.Drivers {
 		r.Drivers[d] = &benchDriverReport{}
+		if s.BaselineBinary != "" {
+			if r.AB == nil {
+				r.AB = &benchAB{Baseline: s.BaselineBinary, Current: b.opt.binary, Rounds: s.Rounds, Drivers: map[string]*benchABDriver{}}
+			}
+			if r.AB.Drivers[d], r.Drivers[d].Drain, err = b.abDrains(ctx, d); err != nil {
+				return err
+			}
+			continue
+		}
 		if r.Drivers[d].Drain, err = b.drain(ctx, d); err != nil {
 			return err
 		}
 	}
-	for _, d := range b.opt.set.Drivers {
+	for _, d := range s.Drivers {
 		if err := b.latency(ctx, d, r.Drivers[d]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureScale runs the scale modes asked for, and only them.
+func (b *bench) measureScale(ctx context.Context) error {
+	r := &b.report
+	s := b.opt.set
+	var err error
+	if len(s.Replicas) > 0 {
+		if r.Replicas, err = b.replicas(ctx); err != nil {
+			return err
+		}
+	}
+	if len(s.ManyStreams) > 0 {
+		if r.ManyStreams, err = b.manyStreams(ctx); err != nil {
+			return err
+		}
+	}
+	if len(s.Payloads) > 0 {
+		if r.Payloads, err = b.payloads(ctx); err != nil {
+			return err
+		}
+	}
+	if s.Backlog > 0 {
+		if r.Backlog, err = b.backlog(ctx); err != nil {
 			return err
 		}
 	}

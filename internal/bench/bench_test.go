@@ -82,6 +82,10 @@ func jsonPaths(t reflect.Type, prefix string) []string {
 		return out
 	case reflect.Map:
 		return jsonPaths(t.Elem(), prefix+"<driver>.")
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct {
+			return jsonPaths(t.Elem(), strings.TrimSuffix(prefix, ".")+"[].")
+		}
 	}
 	return []string{strings.TrimSuffix(prefix, ".")}
 }

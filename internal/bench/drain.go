@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bufio"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,8 +14,38 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/router/discard"
+	"github.com/outboxd/outboxd/store"
 )
+
+// drainSpec is one drain: its driver and, for the scale modes, the binary run as the
+// dispatcher, how many of them share the table, and the backlog.
+type drainSpec struct {
+	driver   string
+	binary   string // "": --dispatcher-binary's (or this executable)
+	replicas int    // dispatcher processes on the one table; 0 is 1
+	messages int    // backlog; 0 is --messages
+	// filled: the backlog is in the table already (the large-backlog mode fills it once).
+	filled bool
+	// until, when set, ends the drain early: it is asked with the messages the
+	// dispatchers have published so far (their /metrics) and the time since start.
+	until func(published float64, since time.Duration) bool
+	// sampleConnections samples the dispatchers' sessions in pg_stat_activity.
+	sampleConnections bool
+	// failedAllowed counts messages the driver refused for good (rows left failed, not
+	// delivered) as failed rather than missing: big payloads above a broker's limit.
+	failedAllowed bool
+}
+
+// drainOutcome is a drain's figures and what the scale modes read beside them.
+type drainOutcome struct {
+	benchDrain
+	peakConnections int
+	leaseConflicts  int64
+	serverCPU       float64 // database server CPU seconds over the drain; -1: not local
+	firstOutMs      float64 // exec of the first dispatcher → its first message published
+	published       int64   // what the dispatchers' /metrics counted when the drain ended
+	failed          int64   // with failedAllowed: backlog rows not delivered
+}
 
 // drain fills a fresh backlog, runs `outboxd run` as a child process until every row
 // has left pending and leased, stops it with SIGTERM and reads its resource use. Then it
@@ -28,39 +55,73 @@ import (
 // Time runs from the child's "dispatching" log line (its pool connected, its schema
 // checked) until the table shows no pending or leased row, asked every 10 ms.
 func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error) {
-	phase := "drain " + driverType
-	n := b.opt.set.Messages
-	if err := b.fill(ctx, phase, n); err != nil {
-		return benchDrain{}, err
+	out, err := b.drainWith(ctx, drainSpec{driver: driverType})
+	return out.benchDrain, err
+}
+
+// drainWith is drain as spec says. With several replicas, time runs from the last one's
+// "dispatching" line.
+func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, error) {
+	var out drainOutcome
+	phase := "drain " + spec.driver
+	n := cmp.Or(spec.messages, b.opt.set.Messages)
+	replicas := max(spec.replicas, 1)
+	if replicas > 1 {
+		phase += fmt.Sprintf(", %d replicas", replicas)
+	}
+	if !spec.filled {
+		if err := b.fill(ctx, phase, n); err != nil {
+			return out, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
 	ids, err := b.ids(ctx)
 	if err != nil {
-		return benchDrain{}, err
+		return out, err
 	}
-	counter, err := b.arrivals(ctx, driverType)
+	counter, err := b.arrivals(ctx, spec.driver)
 	if err != nil {
-		return benchDrain{}, err
+		return out, err
 	}
 	defer counter.close()
-	cfg, err := b.dispatcherConfig(driverType)
+	cfg, err := b.dispatcherConfig(spec.driver)
 	if err != nil {
-		return benchDrain{}, err
+		return out, err
 	}
-	child, err := startDispatcher(ctx, b.opt.binary, benchEnviron(b.o.Environ, cfg))
+	binary := cmp.Or(spec.binary, b.opt.binary)
+	backend, err := store.BenchBackendPID(ctx, b.pool)
 	if err != nil {
-		return benchDrain{}, err
+		return out, fmt.Errorf("bench: %s: %w", phase, err)
 	}
-	defer child.kill()
-	select {
-	case <-child.dispatching:
-	case <-child.exited:
-		return benchDrain{}, child.failure("exited before dispatching")
-	case <-time.After(30 * time.Second):
-		return benchDrain{}, child.failure("did not start dispatching within 30s")
-	case <-ctx.Done():
-		return benchDrain{}, ctx.Err()
+	postmaster, local := postmasterOf(backend)
+	var cpuBefore float64
+	if local {
+		cpuBefore = serverCPU(postmaster)
+	}
+	children := make([]*dispatcherProcess, replicas)
+	for i := range children {
+		c := cfg
+		if replicas > 1 {
+			c.ReplicaID = fmt.Sprintf("%s-%d", benchReplica, i+1)
+		}
+		child, err := startDispatcher(ctx, binary, benchEnviron(b.o.Environ, c))
+		if err != nil {
+			return out, err
+		}
+		defer child.kill()
+		children[i] = child
+	}
+	for _, child := range children {
+		select {
+		case <-child.dispatching:
+		case <-child.exited:
+			return out, child.failure("exited before dispatching")
+		case <-time.After(30 * time.Second):
+			return out, child.failure("did not start dispatching within 30s")
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
 	}
 	start := time.Now()
 	var left atomic.Int64
@@ -68,17 +129,52 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 	b.progress.begin(phase, int64(n), func() int64 { return int64(n) - left.Load() })
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	exited := make(chan *dispatcherProcess, replicas)
+	for _, child := range children {
+		go func() {
+			select {
+			case <-child.exited:
+				exited <- child
+			case <-ctx.Done():
+			}
+		}()
+	}
+	published := func() float64 {
+		var sum float64
+		for _, c := range children {
+			sum += max(c.metric(ctx, "outboxd_messages_published_total"), 0)
+		}
+		return sum
+	}
 	for i := 1; ; i++ {
 		select {
 		case <-tick.C:
-		case <-child.exited:
-			return benchDrain{}, child.failure("exited during the drain")
+		case child := <-exited:
+			return out, child.failure("exited during the drain")
 		case <-ctx.Done():
-			return benchDrain{}, fmt.Errorf("bench: %s: %d of %d messages not delivered within %s", phase, left.Load(), n, b.opt.timeout)
+			return out, fmt.Errorf("bench: %s: %d of %d messages not delivered within %s", phase, left.Load(), n, b.opt.timeout)
+		}
+		if spec.sampleConnections && i%10 == 1 {
+			conns, err := store.BenchConnections(ctx, b.pool, benchApplication)
+			if err != nil {
+				return out, fmt.Errorf("bench: %s: %w", phase, err)
+			}
+			out.peakConnections = max(out.peakConnections, conns)
+		}
+		if spec.until != nil {
+			p := published()
+			if out.firstOutMs == 0 && p > 0 {
+				out.firstOutMs = round(float64(time.Since(children[0].execAt).Microseconds())/1000, 1)
+			}
+			if spec.until(p, time.Since(start)) {
+				out.published = int64(p)
+				break
+			}
+			continue
 		}
 		undelivered, err := b.store.BenchUndelivered(ctx)
 		if err != nil {
-			return benchDrain{}, fmt.Errorf("bench: %s: %w", phase, err)
+			return out, fmt.Errorf("bench: %s: %w", phase, err)
 		}
 		if !undelivered {
 			break
@@ -88,7 +184,7 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 			// that the bench does not slow down what it measures.
 			backlogs, err := b.store.Backlogs(ctx, b.streams)
 			if err != nil {
-				return benchDrain{}, fmt.Errorf("bench: %s: %w", phase, err)
+				return out, fmt.Errorf("bench: %s: %w", phase, err)
 			}
 			var sum int64
 			for _, bl := range backlogs {
@@ -99,28 +195,67 @@ func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error
 	}
 	elapsed := time.Since(start)
 	left.Store(0)
-	if err := child.stop(); err != nil {
-		return benchDrain{}, err
+	out.serverCPU = -1
+	if local {
+		out.serverCPU = round(serverCPU(postmaster)-cpuBefore, 2)
 	}
-
-	r := benchDrain{Messages: int64(n), Seconds: round(elapsed.Seconds(), 3), MsgsPerSec: round(float64(n)/elapsed.Seconds(), 1)}
-	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = child.usage()
+	for _, child := range children {
+		if c := child.metric(ctx, "outboxd_lease_conflicts_total"); c > 0 {
+			out.leaseConflicts += int64(c)
+		}
+	}
+	var discarded int64
+	known := true
+	for _, child := range children {
+		if err := child.stop(); err != nil {
+			return out, err
+		}
+		t := child.discardTotal()
+		known = known && t >= 0
+		discarded += max(t, 0)
+	}
+	moved := int64(n)
+	if spec.until != nil {
+		moved = out.published
+	}
+	r := benchDrain{Messages: int64(n), Seconds: round(elapsed.Seconds(), 3), MsgsPerSec: round(float64(moved)/elapsed.Seconds(), 1)}
+	for _, child := range children {
+		cpu, rss := child.usage()
+		r.DispatcherCPUSeconds += cpu
+		r.DispatcherPeakRSSMiB = max(r.DispatcherPeakRSSMiB, rss)
+	}
 	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = round(r.DispatcherCPUSeconds, 3), round(r.DispatcherPeakRSSMiB, 1)
+	r.ReadyDispatchingMs, r.ReadyzMs = children[0].readiness()
+	b.readiness = append(b.readiness, [2]float64{r.ReadyDispatchingMs, r.ReadyzMs})
 	if r.DeliveredInTable, err = b.deliveredInTable(ctx, int64(n)); err != nil {
-		return r, fmt.Errorf("bench: %s: count delivered rows: %w", phase, err)
+		return out, fmt.Errorf("bench: %s: count delivered rows: %w", phase, err)
 	}
 	r.CountedBy = counter.countedBy()
-	if r.ArrivedAtBroker, r.DuplicatesAtBroker, err = counter.count(ctx, ids, child); err != nil {
-		return r, fmt.Errorf("bench: %s: count arrivals: %w", phase, err)
+	// The discard counter reads one process's total: with several, their sum.
+	whole := &dispatcherProcess{discarded: discarded}
+	if !known {
+		whole.discarded = -1
 	}
-	r.Missing = int64(n) - min(r.DeliveredInTable, r.ArrivedAtBroker)
+	if r.ArrivedAtBroker, r.DuplicatesAtBroker, err = counter.count(ctx, ids, whole); err != nil {
+		return out, fmt.Errorf("bench: %s: count arrivals: %w", phase, err)
+	}
+	if spec.until != nil || spec.failedAllowed {
+		// Stopped early, or refusals allowed: what the table shows delivered must have arrived.
+		r.Missing = max(0, r.DeliveredInTable-r.ArrivedAtBroker)
+		if spec.failedAllowed {
+			out.failed = int64(n) - r.DeliveredInTable
+		}
+	} else {
+		r.Missing = int64(n) - min(r.DeliveredInTable, r.ArrivedAtBroker)
+	}
 	summary := fmt.Sprintf("%s msg/s; %s delivered in the table, %s arrived", thousands(r.MsgsPerSec),
 		thousands(float64(r.DeliveredInTable)), thousands(float64(r.ArrivedAtBroker)))
 	if r.Missing > 0 {
 		summary += fmt.Sprintf(", %d MISSING", r.Missing)
 	}
 	b.progress.end(summary)
-	return r, nil
+	out.benchDrain = r
+	return out, nil
 }
 
 // deliveredInTable counts the backlog's rows the table shows delivered: marked so, or,
@@ -183,135 +318,6 @@ func benchEnviron(parent []string, cfg config.Config) []string {
 		set(prefix+"FLOW", strconv.FormatBool(s.Flow))
 	}
 	return env
-}
-
-// dispatcherProcess is `outboxd run` as a child process, its JSON log read line by line.
-type dispatcherProcess struct {
-	cmd         *exec.Cmd
-	dispatching chan struct{} // closed at the "dispatching" line
-	exited      chan struct{} // closed once the process has been waited for
-	waitErr     error         // valid once exited is closed
-
-	mu        sync.Mutex
-	tail      []string // the last lines of its log
-	discarded int64    // the discard driver's total, -1 until its closing line
-
-	peakRSSKiB int64 // VmHWM read just before SIGTERM; 0 where not available
-}
-
-// usage is the dispatcher's CPU time (user + system) and peak resident set.
-func (p *dispatcherProcess) usage() (cpuSeconds, peakRSSMiB float64) {
-	cpuSeconds, peakRSSMiB = processUsage(p.cmd.ProcessState)
-	if p.peakRSSKiB > 0 {
-		peakRSSMiB = float64(p.peakRSSKiB) / 1024
-	}
-	return cpuSeconds, peakRSSMiB
-}
-
-// readPeakRSS returns the peak resident set of a running process in KiB from
-// /proc/<pid>/status (VmHWM), or 0 where there is no such file.
-func readPeakRSS(pid int) int64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kib
-		}
-	}
-	return 0
-}
-
-func startDispatcher(ctx context.Context, binary string, environ []string) (*dispatcherProcess, error) {
-	p := &dispatcherProcess{dispatching: make(chan struct{}), exited: make(chan struct{}), discarded: -1}
-	p.cmd = exec.CommandContext(ctx, binary, "run")
-	p.cmd.Env = environ
-	p.cmd.Cancel = func() error { return terminate(p.cmd.Process) }
-	p.cmd.WaitDelay = 30 * time.Second
-	logs, err := p.cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start the dispatcher %s: %w", binary, err)
-	}
-	go func() {
-		var once sync.Once
-		sc := bufio.NewScanner(logs)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			var rec struct {
-				Msg      string `json:"msg"`
-				Messages *int64 `json:"messages"`
-			}
-			_ = json.Unmarshal([]byte(line), &rec)
-			p.mu.Lock()
-			p.tail = append(p.tail, line)
-			if len(p.tail) > 20 {
-				p.tail = p.tail[1:]
-			}
-			if rec.Msg == discard.ClosedMessage && rec.Messages != nil {
-				p.discarded = *rec.Messages
-			}
-			p.mu.Unlock()
-			if rec.Msg == "dispatching" {
-				once.Do(func() { close(p.dispatching) })
-			}
-		}
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// stop sends SIGTERM and waits for the dispatcher to finish its shutdown. Just before,
-// it reads the process's peak resident set where the system shows it (Linux): the
-// rusage of a child is no good for that there, because exec carries the parent's peak
-// over into the child's (the process forked from this one, holding the embedded brokers
-// and their messages).
-func (p *dispatcherProcess) stop() error {
-	p.peakRSSKiB = readPeakRSS(p.cmd.Process.Pid)
-	if err := terminate(p.cmd.Process); err != nil {
-		return fmt.Errorf("bench: stop the dispatcher: %w", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return p.failure("did not stop within a minute of SIGTERM")
-	}
-	if p.waitErr != nil {
-		return p.failure("stopped with " + p.waitErr.Error())
-	}
-	return nil
-}
-
-// kill ends a dispatcher still running (after a failed phase) and waits for it.
-func (p *dispatcherProcess) kill() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// failure is an error naming what went wrong with the dispatcher, with its last log lines.
-func (p *dispatcherProcess) failure(what string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return fmt.Errorf("bench: the dispatcher process (%s run) %s; its last log lines:\n  %s",
-		p.cmd.Path, what, strings.Join(p.tail, "\n  "))
-}
-
-func (p *dispatcherProcess) discardTotal() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.discarded
 }
 
 // arrivalCounter counts, after a drain, the backlog's messages that reached the

@@ -19,7 +19,7 @@ const Embedded = true
 // loopback port; stop shuts it down and waits until it has.
 func StartEmbeddedNATS(dir string) (url string, stop func(), err error) {
 	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
-		JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+		JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true, MaxPayload: embeddedMaxPayload})
 	if err != nil {
 		return "", nil, fmt.Errorf("start embedded NATS: %w", err)
 	}
@@ -31,6 +31,10 @@ func StartEmbeddedNATS(dir string) (url string, stop func(), err error) {
 	}
 	return srv.ClientURL(), stop, nil
 }
+
+// embeddedMaxPayload is the embedded NATS server's max_payload: 8 MiB rather than the
+// server's 1 MB default, so that bench --payloads 1MiB measures the driver, not the limit.
+const embeddedMaxPayload = 8 << 20
 
 // startEmbeddedKafka starts a one-broker Kafka-protocol cluster (kfake) holding topic
 // with its partitions.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,16 @@ type Options struct {
 	Binary          string        // --dispatcher-binary ("": this executable)
 	Timeout         time.Duration // --timeout: give up on a phase after this long
 
+	// A/B and the scale modes (scale.go, shapes.go); each runs only when its flag is given.
+	BaselineBinary string        // --baseline-binary: A/B drains against this outboxd
+	Rounds         int           // --rounds: A/B pairs per driver
+	Replicas       string        // --replicas: e.g. "1,2,4" dispatcher processes on one table
+	ManyStreams    string        // --many-streams: e.g. "100,1000" configured streams, mostly idle
+	IdleWindow     time.Duration // --idle-window: how long the idle dispatcher is watched
+	Payloads       string        // --payloads: e.g. "64KiB,256KiB,1MiB"
+	Backlog        int           // --backlog: pending rows of the large-backlog mode (0: off)
+	BacklogSample  int           // --backlog-sample: messages over which its drain rate is measured
+
 	// Given names the flags given on the command line: --quick leaves those alone, and
 	// the report says where the batch size and concurrency came from.
 	Given map[string]bool
@@ -70,7 +81,7 @@ func DefaultOptions() Options {
 		Messages: 100000, PayloadBytes: 1024, Keys: 1000, Flow: def.Flow, Ack: benchAckUpdate, Streams: 1,
 		BatchSize: def.BatchSize, Concurrency: def.Concurrency, Rate: 1000, LatencyDuration: 10 * time.Second,
 		IdleSamples: 500, Drivers: strings.Join(defaultDrivers(), ","), Timeout: 10 * time.Minute,
-		RedisAddr: DefaultRedisAddr,
+		RedisAddr: DefaultRedisAddr, Rounds: 3, IdleWindow: 5 * time.Second, BacklogSample: 100000,
 	}
 }
 
@@ -106,6 +117,8 @@ func resolve(o Options) (benchOptions, error) {
 			"rate":             func() { o.Rate = 200 },
 			"latency-duration": func() { o.LatencyDuration = time.Second },
 			"idle-samples":     func() { o.IdleSamples = 20 },
+			"idle-window":      func() { o.IdleWindow = time.Second },
+			"backlog-sample":   func() { o.BacklogSample = 1000 },
 		} {
 			if !o.Given[name] {
 				small()
@@ -124,6 +137,26 @@ func resolve(o Options) (benchOptions, error) {
 		BatchSize: o.BatchSize, BatchSizeFrom: from("batch"), Concurrency: o.Concurrency, ConcurrencyFrom: from("concurrency"),
 		Rate: o.Rate, LatencySeconds: o.LatencyDuration.Seconds(), IdleSamples: o.IdleSamples, ProducerMessages: producerMessages,
 		Quick: o.Quick, NATS: "embedded", Kafka: "embedded", Retained: o.Retained, Ordered: o.Ordered, Ack: o.Ack, Flow: o.Flow,
+		BaselineBinary: o.BaselineBinary, Rounds: o.Rounds, IdleWindowSeconds: o.IdleWindow.Seconds(),
+		Backlog: o.Backlog, BacklogSample: o.BacklogSample,
+	}
+	var err error
+	if r.set.Replicas, err = intList("replicas", o.Replicas, 1, 16, 1); err != nil {
+		return r, err
+	}
+	if r.set.ManyStreams, err = intList("many-streams", o.ManyStreams, benchBusyStreams+1, 5000, 1); err != nil {
+		return r, err
+	}
+	if r.set.Payloads, err = intList("payloads", o.Payloads, 1, 16<<20, 0); err != nil {
+		return r, err
+	}
+	switch {
+	case o.Rounds < 1:
+		return r, OptionError("bench: --rounds must be at least 1")
+	case o.Backlog < 0 || o.BacklogSample < 1:
+		return r, OptionError("bench: --backlog must not be negative and --backlog-sample must be at least 1")
+	case o.IdleWindow < 100*time.Millisecond:
+		return r, OptionError("bench: --idle-window must be at least 100ms")
 	}
 	switch {
 	case o.Messages < 1 || o.Keys < 1 || o.Streams < 1 || o.IdleSamples < 1 || o.Rate < 1:
@@ -183,6 +216,36 @@ func resolve(o Options) (benchOptions, error) {
 		}
 	}
 	return r, nil
+}
+
+// intList parses a comma-separated list of flag name's values between lo and hi. With
+// unit 0 each value may end in B, KiB or MiB (sizes); with unit 1 it is a plain count.
+func intList(name, list string, lo, hi, unit int) ([]int, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		mult := 1
+		if unit == 0 {
+			for _, u := range []struct {
+				suffix string
+				mult   int
+			}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"B", 1}} {
+				if rest, ok := strings.CutSuffix(f, u.suffix); ok {
+					f, mult = rest, u.mult
+					break
+				}
+			}
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n*mult < lo || n*mult > hi {
+			return nil, OptionError(fmt.Sprintf("bench: --%s: %q is not a whole number from %d to %d", name, f, lo, hi))
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
 }
 
 func lookupEnv(environ []string, key string) string {

@@ -71,16 +71,21 @@ func (b *bench) retain(ctx context.Context) error {
 // COPY path, then runs VACUUM ANALYZE: a backlog that built up over time would have
 // had autovacuum's statistics, and every phase should plan alike.
 func (b *bench) fill(ctx context.Context, phase string, n int) error {
+	return b.fillTx(ctx, phase, n, benchFillTx)
+}
+
+// fillTx is fill with perTx messages per transaction.
+func (b *bench) fillTx(ctx context.Context, phase string, n, perTx int) error {
 	if err := b.empty(ctx); err != nil {
 		return err
 	}
 	var done atomic.Int64
 	b.progress.begin(phase+": filling the backlog", int64(n), done.Load)
 	defer b.progress.stop()
-	msgs := make([]producer.Message, 0, benchFillTx)
-	for first := 0; first < n; first += benchFillTx {
+	msgs := make([]producer.Message, 0, perTx)
+	for first := 0; first < n; first += perTx {
 		msgs = msgs[:0]
-		for i := first; i < min(n, first+benchFillTx); i++ {
+		for i := first; i < min(n, first+perTx); i++ {
 			msgs = append(msgs, b.message(i))
 		}
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.writer.EnqueueBatch(ctx, tx, msgs) })
@@ -93,53 +98,6 @@ func (b *bench) fill(ctx context.Context, phase string, n int) error {
 		return fmt.Errorf("bench: the backlog: %w", err)
 	}
 	return nil
-}
-
-// producerCost times the producer writing ProducerMessages messages, benchProducerBatch
-// per transaction, once with one Enqueue per message and once with EnqueueBatch (COPY).
-// Begin and commit are included, shared by the batch's messages.
-func (b *bench) producerCost(ctx context.Context) (benchProducer, error) {
-	p := benchProducer{Messages: b.opt.set.ProducerMessages, BatchSize: benchProducerBatch}
-	batch := make([]producer.Message, benchProducerBatch)
-	for i := range batch {
-		batch[i] = b.message(i)
-	}
-	measure := func(name string, write func(tx pgx.Tx) error) (float64, error) {
-		if err := b.empty(ctx); err != nil {
-			return 0, err
-		}
-		if err := pgx.BeginFunc(ctx, b.pool, write); err != nil { // warm-up, not timed
-			return 0, fmt.Errorf("bench: producer %s: %w", name, err)
-		}
-		var done atomic.Int64
-		b.progress.begin("producer: "+name, int64(p.Messages), done.Load)
-		start := time.Now()
-		for done.Load() < int64(p.Messages) {
-			if err := pgx.BeginFunc(ctx, b.pool, write); err != nil {
-				return 0, fmt.Errorf("bench: producer %s: %w", name, err)
-			}
-			done.Add(benchProducerBatch)
-		}
-		us := float64(time.Since(start).Microseconds()) / float64(done.Load())
-		b.progress.end(fmt.Sprintf("%.1f µs/msg", us))
-		return round(us, 2), nil
-	}
-	var err error
-	p.EnqueueUsPerMsg, err = measure("Enqueue", func(tx pgx.Tx) error {
-		for _, m := range batch {
-			if _, err := b.writer.Enqueue(ctx, tx, m); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return p, err
-	}
-	p.EnqueueBatchUsPerMsg, err = measure(fmt.Sprintf("EnqueueBatch of %d", benchProducerBatch), func(tx pgx.Tx) error {
-		return b.writer.EnqueueBatch(ctx, tx, batch)
-	})
-	return p, err
 }
 
 // sqlCeiling drains a backlog with the dispatcher's own claim and acknowledgement
@@ -214,31 +172,15 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
-	conf := newConfirmLog()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if !b.opt.json {
-		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, b.o.Stderr)
-	}
-	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Middleware: []router.Middleware{conf.middleware}})
+	conf, stopDispatcher, err := b.inProcess(ctx, cfg, driverType)
 	if err != nil {
-		return fmt.Errorf("bench: latency %s: %w", driverType, err)
+		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(runCtx) }()
 	defer func() {
-		stop()
-		if runErr := <-ran; runErr != nil && err == nil {
-			err = fmt.Errorf("bench: latency %s: dispatcher: %w", driverType, runErr)
+		if stopErr := stopDispatcher(); stopErr != nil && err == nil {
+			err = stopErr
 		}
 	}()
-	for !d.ListenerConnected() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench: latency %s: the dispatcher's listener did not connect: %w", driverType, ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
-	}
 
 	// Idle: one message at a time, the next one 2 ms after the previous was confirmed
 	// so that its write-back has finished. The first is a warm-up (connections, broker
@@ -268,10 +210,49 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	rep.LatencyIdle = latencyFigures(idle)
 	b.progress.end(fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", rep.LatencyIdle.P50Ms, rep.LatencyIdle.P99Ms))
 
-	// Offered rate: message i is committed at start + i/rate by whichever worker is
-	// free, each in its own transaction.
-	rate := float64(b.opt.set.Rate)
-	total := int(rate * b.opt.set.LatencySeconds)
+	rep.LatencyAtRate, err = b.atRate(ctx, conf, driverType, float64(b.opt.set.Rate), b.opt.set.LatencySeconds, b.message)
+	return err
+}
+
+// inProcess starts a dispatcher of cfg in this process, its publisher wrapped to note
+// when each message was confirmed, and waits until its listener is connected; stop
+// stops it and returns what its Run returned.
+func (b *bench) inProcess(ctx context.Context, cfg config.Config, label string) (*confirmLog, func() error, error) {
+	conf := newConfirmLog()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if !b.opt.json {
+		logger = app.NewLogger(config.Log{Level: "warn", Format: "text"}, b.o.Stderr)
+	}
+	d, err := app.NewDispatcher(ctx, &cfg, logger, app.Options{Middleware: []router.Middleware{conf.middleware}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: latency %s: %w", label, err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx) }()
+	stop := func() error {
+		cancel()
+		if err := <-ran; err != nil {
+			return fmt.Errorf("bench: latency %s: dispatcher: %w", label, err)
+		}
+		return nil
+	}
+	for !d.ListenerConnected() {
+		select {
+		case <-ctx.Done():
+			_ = stop()
+			return nil, nil, fmt.Errorf("bench: latency %s: the dispatcher's listener did not connect: %w", label, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return conf, stop, nil
+}
+
+// atRate measures commit → confirmation at an offered rate: message i (msg(i)) is
+// committed at start + i/rate by whichever of benchRateWorkers is free, each in its own
+// transaction, for seconds.
+func (b *bench) atRate(ctx context.Context, conf *confirmLog, label string, rate, seconds float64, msg func(int) producer.Message) (benchRateLatency, error) {
+	total := int(rate * seconds)
 	period := time.Duration(float64(time.Second) / rate)
 	type commit struct {
 		id int64
@@ -279,7 +260,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	}
 	commits := make([]commit, total)
 	var next, committedN atomic.Int64
-	b.progress.begin(fmt.Sprintf("latency %s: %s msg/s offered", driverType, thousands(rate)), int64(total), committedN.Load)
+	b.progress.begin(fmt.Sprintf("latency %s: %s msg/s offered", label, thousands(rate)), int64(total), committedN.Load)
 	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
 	for range benchRateWorkers {
@@ -294,7 +275,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 				if err != nil {
 					return err
 				}
-				id, err := b.writer.Enqueue(gctx, tx, b.message(i))
+				id, err := b.writer.Enqueue(gctx, tx, msg(i))
 				sent := time.Now()
 				if err == nil {
 					err = tx.Commit(gctx)
@@ -309,7 +290,7 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return fmt.Errorf("bench: latency %s: produce: %w", driverType, err)
+		return benchRateLatency{}, fmt.Errorf("bench: latency %s: produce: %w", label, err)
 	}
 	var last time.Time
 	ids := make([]int64, total)
@@ -321,17 +302,16 @@ func (b *bench) latency(ctx context.Context, driverType string, rep *benchDriver
 	}
 	confirmedAt, err := conf.all(ctx, ids, 30*time.Second)
 	if err != nil {
-		return fmt.Errorf("bench: latency %s: %w", driverType, err)
+		return benchRateLatency{}, fmt.Errorf("bench: latency %s: %w", label, err)
 	}
 	lat := make([]time.Duration, total)
 	for i, c := range commits {
 		lat[i] = confirmedAt[i].Sub(c.at)
 	}
-	rep.LatencyAtRate = benchRateLatency{OfferedPerSec: rate, AchievedPerSec: round(float64(total)/last.Sub(start).Seconds(), 1),
+	r := benchRateLatency{OfferedPerSec: rate, AchievedPerSec: round(float64(total)/last.Sub(start).Seconds(), 1),
 		benchLatency: latencyFigures(lat)}
-	b.progress.end(fmt.Sprintf("p50 %.2f ms, p99 %.2f ms at %s msg/s achieved", rep.LatencyAtRate.P50Ms, rep.LatencyAtRate.P99Ms,
-		thousands(rep.LatencyAtRate.AchievedPerSec)))
-	return nil
+	b.progress.end(fmt.Sprintf("p50 %.2f ms, p99 %.2f ms at %s msg/s achieved", r.P50Ms, r.P99Ms, thousands(r.AchievedPerSec)))
+	return r, nil
 }
 
 // commitOne commits message i in its own transaction and returns when the commit

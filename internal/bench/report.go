@@ -26,8 +26,16 @@ type benchReport struct {
 	Producer   benchProducer                 `json:"producer"`
 	SQLCeiling benchThroughput               `json:"sql_ceiling"`
 	Drivers    map[string]*benchDriverReport `json:"drivers"`
-	Missing    int64                         `json:"missing"`
-	OK         bool                          `json:"ok"`
+	// ReadyMs is exec → ready of the drains' dispatchers, median over the run's drains.
+	ReadyMs benchReady `json:"ready_ms"`
+	// The A/B comparison and the scale modes, each present when asked for.
+	AB          *benchAB          `json:"ab,omitempty"`
+	Replicas    []benchReplicaRun `json:"replicas,omitempty"`
+	ManyStreams *benchManyStreams `json:"many_streams,omitempty"`
+	Payloads    []benchPayloadRun `json:"payloads,omitempty"`
+	Backlog     *benchBacklog     `json:"backlog,omitempty"`
+	Missing     int64             `json:"missing"`
+	OK          bool              `json:"ok"`
 }
 
 type benchMachineInfo struct {
@@ -45,6 +53,8 @@ type benchProducer struct {
 	BatchSize            int     `json:"batch_size"`
 	EnqueueUsPerMsg      float64 `json:"enqueue_us_per_msg"`
 	EnqueueBatchUsPerMsg float64 `json:"enqueue_batch_us_per_msg"`
+	CopyUsPerMsg         float64 `json:"copy_us_per_msg"`
+	BatchToCopy          float64 `json:"enqueue_batch_to_copy"`
 }
 
 type benchThroughput struct {
@@ -66,6 +76,8 @@ type benchDrain struct {
 	CountedBy            string  `json:"counted_by"`
 	DispatcherCPUSeconds float64 `json:"dispatcher_cpu_seconds"`
 	DispatcherPeakRSSMiB float64 `json:"dispatcher_peak_rss_mib"`
+	ReadyDispatchingMs   float64 `json:"ready_dispatching_ms"`
+	ReadyzMs             float64 `json:"ready_readyz_ms"`
 }
 
 type benchLatency struct {
@@ -88,8 +100,30 @@ type benchDriverReport struct {
 	LatencyIdle   benchLatency     `json:"latency_idle"`
 }
 
-// finish computes the ratios and the verdict.
-func (r *benchReport) finish() {
+// benchReady is exec → ready of a drain's dispatcher process: its "dispatching" log
+// line, and its /readyz first answering 200 (asked every millisecond).
+type benchReady struct {
+	Drains        int     `json:"drains"`
+	DispatchingMs float64 `json:"dispatching"`
+	ReadyzMs      float64 `json:"readyz"`
+}
+
+func readyFigures(drains [][2]float64) benchReady {
+	var disp, readyz []float64
+	for _, d := range drains {
+		if d[0] > 0 {
+			disp = append(disp, d[0])
+		}
+		if d[1] > 0 {
+			readyz = append(readyz, d[1])
+		}
+	}
+	return benchReady{Drains: len(drains), DispatchingMs: median(disp), ReadyzMs: median(readyz)}
+}
+
+// finish computes the ratios and the verdict; missingIn holds the drains' missing
+// messages outside Drivers.
+func (r *benchReport) finish(missingIn map[string]int64) {
 	discard := r.Drivers["discard"]
 	r.Missing = 0
 	for _, d := range r.Drivers {
@@ -100,6 +134,9 @@ func (r *benchReport) finish() {
 			d.Drain.RatioToDiscard = round(d.Drain.MsgsPerSec/discard.Drain.MsgsPerSec, 3)
 		}
 		r.Missing += d.Drain.Missing
+	}
+	for _, n := range missingIn {
+		r.Missing += n
 	}
 	r.OK = r.Missing == 0
 }
@@ -143,6 +180,10 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	}
 	fmt.Fprintf(w, "brokers    NATS %s, Kafka %s\n\n", s.NATS, s.Kafka)
 
+	if len(r.Drivers) == 0 {
+		printScale(w, r)
+		return
+	}
 	claim := "store.Claim"
 	if s.Ordered {
 		claim = "store.ClaimOrdered"
@@ -153,8 +194,12 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	}
 	fmt.Fprintf(w, "SQL ceiling (%s + store.Ack, which %s; %d goroutines, no broker)  %s msg/s\n",
 		claim, ack, s.Streams*s.Concurrency, thousands(r.SQLCeiling.MsgsPerSec))
-	fmt.Fprintf(w, "producer    Enqueue %.1f µs/msg (%d per transaction), EnqueueBatch of %d (COPY) %.1f µs/msg\n\n",
+	fmt.Fprintf(w, "producer    Enqueue %.1f µs/msg (%d per transaction), EnqueueBatch of %d (COPY) %.1f µs/msg\n",
 		r.Producer.EnqueueUsPerMsg, r.Producer.BatchSize, r.Producer.BatchSize, r.Producer.EnqueueBatchUsPerMsg)
+	fmt.Fprintf(w, "            bare pgx CopyFrom of the same rows %.1f µs/msg; EnqueueBatch ÷ CopyFrom %.2f (interleaved)\n",
+		r.Producer.CopyUsPerMsg, r.Producer.BatchToCopy)
+	fmt.Fprintf(w, "ready       exec → dispatching %.1f ms, exec → /readyz 200 %.1f ms (median of %d drains)\n\n",
+		r.ReadyMs.DispatchingMs, r.ReadyMs.ReadyzMs, r.ReadyMs.Drains)
 
 	const label = "%-34s"
 	fmt.Fprintf(w, label, "")
@@ -199,8 +244,14 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	row(strings.Repeat(" ", len(idleTitle))+" p90 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P90Ms) })
 	row(strings.Repeat(" ", len(idleTitle))+" p99 ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.P99Ms) })
 	row(strings.Repeat(" ", len(idleTitle))+" max ms", func(d *benchDriverReport) string { return ms(d.LatencyIdle.MaxMs) })
+	row("  exec → /readyz 200 ms", func(d *benchDriverReport) string { return ms(d.Drain.ReadyzMs) })
 	fmt.Fprintf(w, "\nlatency: commit sent → the driver's Publish returned nil for the message.\n")
 	fmt.Fprintf(w, "drain: a fresh backlog through `outboxd run` as a child process, whose CPU and peak RSS are shown.\n")
+	printAB(w, r.AB)
+	printVerdict(w, r)
+}
+
+func printVerdict(w io.Writer, r *benchReport) {
 	if r.OK {
 		fmt.Fprintf(w, "every committed message arrived (%.0fs in all)\n", r.Seconds)
 	} else {

@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+)
+
+// printAB prints the A/B comparison, if there was one.
+func printAB(w io.Writer, ab *benchAB) {
+	if ab == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nA/B, %d rounds interleaved, medians: A %s, B %s\n", ab.Rounds, ab.Baseline, ab.Current)
+	fmt.Fprintf(w, "%-12s %12s %12s %8s %10s %10s %8s %10s %10s %8s\n", "driver", "A msg/s", "B msg/s", "B÷A",
+		"A CPU s", "B CPU s", "B÷A", "A RSS MiB", "B RSS MiB", "B÷A")
+	for _, d := range slices.Sorted(maps.Keys(ab.Drivers)) {
+		x := ab.Drivers[d]
+		fmt.Fprintf(w, "%-12s %12s %12s %8.3f %10.2f %10.2f %8.3f %10.1f %10.1f %8.3f\n", d,
+			thousands(x.A.MsgsPerSec), thousands(x.B.MsgsPerSec), x.Ratio.MsgsPerSec,
+			x.A.DispatcherCPUSeconds, x.B.DispatcherCPUSeconds, x.Ratio.DispatcherCPUSeconds,
+			x.A.DispatcherPeakRSSMiB, x.B.DispatcherPeakRSSMiB, x.Ratio.DispatcherPeakRSSMiB)
+	}
+}
+
+// printScale prints the scale modes of a run that measured only them.
+func printScale(w io.Writer, r *benchReport) {
+	if len(r.Replicas) > 0 {
+		fmt.Fprintf(w, "replicas: one backlog drained by N `outboxd run` processes\n")
+		fmt.Fprintf(w, "%-10s %4s %10s %8s %10s %10s %8s %10s %6s %8s\n", "driver", "N", "msg/s", "÷ N=1",
+			"disp CPU s", "db CPU s", "conns", "conflicts", "dups", "missing")
+		for _, x := range r.Replicas {
+			db := "n/a"
+			if x.DatabaseCPUSeconds != nil {
+				db = strconv.FormatFloat(*x.DatabaseCPUSeconds, 'f', 2, 64)
+			}
+			fmt.Fprintf(w, "%-10s %4d %10s %8.3f %10.2f %10s %8d %10d %6d %8d\n", x.Driver, x.Replicas, thousands(x.MsgsPerSec),
+				x.RatioToOne, x.DispatcherCPUSeconds, db, x.PeakConnections, x.LeaseConflicts, x.Duplicates, x.Missing)
+		}
+		fmt.Fprintln(w)
+	}
+	if m := r.ManyStreams; m != nil {
+		fmt.Fprintf(w, "many streams (%s): %d busy at %s msg/s; the busy streams alone: p50 %.2f ms, p99 %.2f ms\n", m.Driver,
+			m.BusyStreams, thousands(m.BusyAlone.OfferedPerSec), m.BusyAlone.P50Ms, m.BusyAlone.P99Ms)
+		fmt.Fprintf(w, "%8s %12s %8s %10s %10s %10s %10s %10s %8s %8s\n", "streams", "idle % core", "conns", "idle tx/s",
+			"RSS MiB", "readyz ms", "busy p50", "busy p99", "÷ p50", "÷ p99")
+		for _, x := range m.Runs {
+			fmt.Fprintf(w, "%8d %12.2f %8d %10.1f %10.1f %10.1f %10.2f %10.2f %8.3f %8.3f\n", x.Streams, x.IdleCPUPercent,
+				x.IdleConnections, x.IdleTransactionsPerSec, x.IdlePeakRSSMiB, x.ReadyzMs, x.Busy.P50Ms, x.Busy.P99Ms, x.RatioP50, x.RatioP99)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(r.Payloads) > 0 {
+		fmt.Fprintf(w, "payloads\n%-10s %10s %8s %10s %10s %10s %10s %8s %8s\n", "driver", "payload", "msgs", "msg/s", "MB/s", "RSS MiB", "CPU s", "failed", "missing")
+		for _, x := range r.Payloads {
+			fmt.Fprintf(w, "%-10s %10s %8d %10s %10.2f %10.1f %10.2f %8d %8d\n", x.Driver, thousands(float64(x.PayloadBytes)), x.Messages,
+				thousands(x.MsgsPerSec), x.MBPerSec, x.PeakRSSMiB, x.CPUSeconds, x.Failed, x.Missing)
+		}
+		fmt.Fprintln(w)
+	}
+	if bl := r.Backlog; bl != nil {
+		fmt.Fprintf(w, "backlog (%s): drain rate over the first messages, and exec → first message out\n", bl.Driver)
+		for _, x := range []benchBacklogRun{bl.Small, bl.Large} {
+			fmt.Fprintf(w, "  %12s pending (filled in %.1fs): %s msg/s over %s messages, first out after %.1f ms, %d missing\n",
+				thousands(float64(x.Pending)), x.FillSeconds, thousands(x.MsgsPerSec), thousands(float64(x.Measured)), x.FirstOutMs, x.Missing)
+		}
+		fmt.Fprintf(w, "  large ÷ small %.3f\n\n", bl.RatioToSmall)
+	}
+	fmt.Fprintf(w, "ready: exec → dispatching %.1f ms, exec → /readyz 200 %.1f ms (median of %d drains)\n",
+		r.ReadyMs.DispatchingMs, r.ReadyMs.ReadyzMs, r.ReadyMs.Drains)
+	printVerdict(w, r)
+}

@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+var built struct {
+	once sync.Once
+	bin  string
+	err  error
+	out  []byte
+}
+
+// outboxdBinary builds cmd/outboxd once for the tests of this file: the drains run it
+// as their dispatcher process (inside `go test` this executable is the test binary).
+func outboxdBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "outboxd-bench-test-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(dir, "outboxd")
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		}
+		built.out, built.err = exec.Command(goTool, "build", "-o", built.bin, "../../cmd/outboxd").CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("build outboxd for the drains' dispatcher (needs the go tool on PATH): %v\n%s", built.err, built.out)
+	}
+	return built.bin
+}
+
+// runBench runs the bench with --quick, --json and the flags of args, on a database of
+// its own, and returns its report; a failed run fails the test.
+func runBench(t *testing.T, args ...string) Report {
+	t.Helper()
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	o.Register(fs)
+	if err := fs.Parse(append([]string{"--quick", "--json", "--dispatcher-binary", outboxdBinary(t)}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	o.Given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })
+	var out bytes.Buffer
+	o.Environ = []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t), "PATH=" + os.Getenv("PATH")}
+	o.Stdout, o.Stderr = &out, io.Discard
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := Run(ctx, o); err != nil {
+		t.Fatalf("bench %v: %v\n%s", args, err, out.String())
+	}
+	var r Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out.String())
+	}
+	return r
+}
+
+func TestReplicasModeDrainsOneBacklogWithEveryReplicaCountAndCountsEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	r := runBench(t, "--drivers", "discard", "--replicas", "1,3", "--messages", "3000")
+	if got := len(r.Replicas); got != 2 {
+		t.Fatalf("%d replica runs, want 2: %+v", got, r.Replicas)
+	}
+	for _, x := range r.Replicas {
+		if x.Messages != 3000 || x.Missing != 0 || x.Duplicates != 0 || x.MsgsPerSec <= 0 {
+			t.Errorf("%d replicas: %d messages, %d missing, %d duplicates, %v msg/s; want 3000, 0, 0 and a rate",
+				x.Replicas, x.Messages, x.Missing, x.Duplicates, x.MsgsPerSec)
+		}
+		if x.PeakConnections < x.Replicas {
+			t.Errorf("%d replicas: peak connections %d, want at least one a replica", x.Replicas, x.PeakConnections)
+		}
+		if x.DatabaseCPUSeconds == nil || *x.DatabaseCPUSeconds <= 0 {
+			t.Errorf("%d replicas: database CPU %v, want a figure from the local server", x.Replicas, x.DatabaseCPUSeconds)
+		}
+	}
+	if r.Replicas[0].RatioToOne != 1 || !near(r.Replicas[1].RatioToOne, r.Replicas[1].MsgsPerSec/r.Replicas[0].MsgsPerSec) {
+		t.Errorf("ratios to one replica %v and %v", r.Replicas[0].RatioToOne, r.Replicas[1].RatioToOne)
+	}
+	if !r.OK || r.Missing != 0 || len(r.Drivers) != 0 {
+		t.Errorf("ok %v, missing %d, %d default drains (a scale mode runs alone)", r.OK, r.Missing, len(r.Drivers))
+	}
+}
+
+func TestABModeRunsBaselineAndCurrentAlternatelyAndReportsTheirRatios(t *testing.T) {
+	t.Parallel()
+	// The baseline is a copy of the same build, under another name.
+	baseline := filepath.Join(t.TempDir(), "outboxd-base")
+	data, err := os.ReadFile(outboxdBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(baseline, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runBench(t, "--drivers", "discard", "--baseline-binary", baseline, "--rounds", "2", "--messages", "1000")
+	if r.AB == nil || r.AB.Drivers["discard"] == nil {
+		t.Fatalf("no A/B figures: %+v", r.AB)
+	}
+	x := r.AB.Drivers["discard"]
+	if len(x.A.RunsMsgsPerSec) != 2 || len(x.B.RunsMsgsPerSec) != 2 {
+		t.Fatalf("runs A %v, B %v; want two each", x.A.RunsMsgsPerSec, x.B.RunsMsgsPerSec)
+	}
+	if !near(x.Ratio.MsgsPerSec, x.B.MsgsPerSec/x.A.MsgsPerSec) || !near(x.Ratio.DispatcherCPUSeconds, x.B.DispatcherCPUSeconds/x.A.DispatcherCPUSeconds) {
+		t.Errorf("ratios %+v do not match medians A %+v, B %+v", x.Ratio, x.A, x.B)
+	}
+	if r.ReadyMs.Drains != 4 || r.ReadyMs.ReadyzMs <= 0 || r.ReadyMs.DispatchingMs <= 0 {
+		t.Errorf("ready_ms %+v, want the medians of 4 drains", r.ReadyMs)
+	}
+	if !slices.Contains(x.B.RunsMsgsPerSec, r.Drivers["discard"].Drain.MsgsPerSec) {
+		t.Errorf("the driver's drain (%v msg/s) is not one of the current binary's runs %v", r.Drivers["discard"].Drain.MsgsPerSec, x.B.RunsMsgsPerSec)
+	}
+}
+
+func TestManyStreamsModeMeasuresTheIdleDispatcherAndTheBusyStreamsLatency(t *testing.T) {
+	t.Parallel()
+	r := runBench(t, "--drivers", "discard", "--many-streams", "5", "--idle-window", "300ms", "--rate", "100", "--latency-duration", "500ms")
+	m := r.ManyStreams
+	if m == nil || len(m.Runs) != 1 {
+		t.Fatalf("many streams: %+v", m)
+	}
+	run := m.Runs[0]
+	if run.Streams != 5 || run.IdleConnections < 1 || run.IdleCPUPercent < 0 || run.IdleTransactionsPerSec < 0 || run.ReadyzMs <= 0 {
+		t.Errorf("idle figures %+v", run)
+	}
+	if m.BusyAlone.Samples != 50 || run.Busy.Samples != 50 {
+		t.Errorf("%d and %d busy samples, want 50 each (100 msg/s for 500ms)", m.BusyAlone.Samples, run.Busy.Samples)
+	}
+	if !near(run.RatioP50, run.Busy.P50Ms/m.BusyAlone.P50Ms) || !near(run.RatioP99, run.Busy.P99Ms/m.BusyAlone.P99Ms) {
+		t.Errorf("ratios %v, %v against p50 %v/%v, p99 %v/%v", run.RatioP50, run.RatioP99, run.Busy.P50Ms, m.BusyAlone.P50Ms,
+			run.Busy.P99Ms, m.BusyAlone.P99Ms)
+	}
+}
+
+func TestPayloadsModeDrainsEachSizeAndCountsMegabytes(t *testing.T) {
+	t.Parallel()
+	r := runBench(t, "--drivers", "discard", "--payloads", "64KiB,256KiB", "--messages", "40")
+	if len(r.Payloads) != 2 {
+		t.Fatalf("payload runs %+v", r.Payloads)
+	}
+	for i, size := range []int{64 << 10, 256 << 10} {
+		x := r.Payloads[i]
+		if x.PayloadBytes != size || x.Messages != 40 || x.Failed != 0 || x.Missing != 0 || x.PeakRSSMiB <= 0 {
+			t.Errorf("payload %d: %+v", size, x)
+		}
+		// msgs_per_sec is rounded to 0.1 before mb_per_sec is taken from it.
+		if want := x.MsgsPerSec * float64(size) / 1e6; x.MBPerSec < want-0.01 || x.MBPerSec > want+0.01 {
+			t.Errorf("payload %d: %v MB/s at %v msg/s", size, x.MBPerSec, x.MsgsPerSec)
+		}
+	}
+}
+
+func TestBacklogModeMeasuresTheFirstMessagesOfALargeAndASmallBacklog(t *testing.T) {
+	t.Parallel()
+	r := runBench(t, "--drivers", "discard", "--backlog", "6000", "--backlog-sample", "500", "--messages", "1000")
+	bl := r.Backlog
+	if bl == nil {
+		t.Fatal("no backlog figures")
+	}
+	for _, x := range []benchBacklogRun{bl.Small, bl.Large} {
+		if x.Measured < 500 || x.MsgsPerSec <= 0 || x.FirstOutMs <= 0 || x.Missing != 0 {
+			t.Errorf("backlog of %d: %+v", x.Pending, x)
+		}
+	}
+	if bl.Small.Pending != 1000 || bl.Large.Pending != 6000 || !near(bl.RatioToSmall, bl.Large.MsgsPerSec/bl.Small.MsgsPerSec) {
+		t.Errorf("backlog %+v", bl)
+	}
+}
+
+func TestScaleModeListsAreReadAsCountsAndSizes(t *testing.T) {
+	t.Parallel()
+	const counts, sizes = 1, 0
+	for _, c := range []struct {
+		name, list string
+		unit, hi   int
+		want       []int
+		bad        bool
+	}{
+		{"an empty list asks for nothing", "", counts, 16, nil, false},
+		{"counts are plain numbers", "1, 2,4", counts, 16, []int{1, 2, 4}, false},
+		{"sizes take KiB and MiB", "64KiB,1MiB,100B,7", sizes, 16 << 20, []int{64 << 10, 1 << 20, 100, 7}, false},
+		{"a count with a unit is refused", "2KiB", counts, 16, nil, true},
+		{"a value above the bound is refused", "17", counts, 16, nil, true},
+		{"a size above the bound is refused", "17MiB", sizes, 16 << 20, nil, true},
+		{"zero is refused", "0", counts, 16, nil, true},
+	} {
+		got, err := intList("x", c.list, 1, c.hi, c.unit)
+		if (err != nil) != c.bad || !slices.Equal(got, c.want) {
+			t.Errorf("%s: %q gave %v, %v", c.name, c.list, got, err)
+		}
+	}
+}
+
+// TestDocsListEveryBenchFlagAndNoOther holds the Flags table of docs/benchmarks.md to
+// the flags Register declares.
+func TestDocsListEveryBenchFlagAndNoOther(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(benchDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Flags\n")
+	if !ok {
+		t.Fatalf("%s has no section \"## Flags\"", benchDoc)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		if rest, ok := strings.CutPrefix(line, "| `--"); ok {
+			name, _, _ := strings.Cut(rest, "`")
+			documented[name] = true
+		}
+	}
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	o.Register(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !documented[f.Name] {
+			t.Errorf("%s does not document --%s", benchDoc, f.Name)
+		}
+		delete(documented, f.Name)
+	})
+	for name := range documented {
+		t.Errorf("%s documents --%s, which bench does not have", benchDoc, name)
+	}
+}
+
+func near(got, want float64) bool { return got > want-0.001 && got < want+0.001 }
