@@ -268,6 +268,11 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.opt.binary = bin
+	if base := b.opt.set.BaselineBinary; base != "" {
+		if _, err := os.Stat(base); err != nil {
+			return fmt.Errorf("bench: --baseline-binary: %w", err)
+		}
+	}
 	b.report = benchReport{
 		Version: b.o.Version, Date: time.Now().UTC().Format(time.RFC3339), Settings: b.opt.set,
 		Drivers: map[string]*benchDriverReport{},

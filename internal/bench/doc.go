@@ -2,7 +2,9 @@
 // dispatcher on this machine and database can do: the SQL ceiling of the claim and
 // write-back statements, the drain of a backlog through the discard driver and each
 // real driver (the dispatcher running as a child `outboxd run`), commit → confirmation
-// latency, the producer's cost and the dispatcher's CPU and memory. docs/benchmarks.md
+// latency, the producer's cost and the dispatcher's CPU, memory and start-up; on request,
+// drains of two builds interleaved (A/B) and the scale modes (several replicas, many
+// streams, big payloads, a large backlog: scale.go, shapes.go). docs/benchmarks.md
 // describes every figure and the JSON field names. cmd/outboxd fills Options from its
 // flags and calls Run; the SQL it runs is store's (store/benchsql.go).
 //

@@ -49,6 +49,9 @@ func printScale(w io.Writer, r *benchReport) {
 		for _, x := range m.Runs {
 			fmt.Fprintf(w, "%8d %12.2f %8d %10.1f %10.1f %10.1f %10.2f %10.2f %8.3f %8.3f\n", x.Streams, x.IdleCPUPercent,
 				x.IdleConnections, x.IdleTransactionsPerSec, x.IdlePeakRSSMiB, x.ReadyzMs, x.Busy.P50Ms, x.Busy.P99Ms, x.RatioP50, x.RatioP99)
+			if x.BusyError != "" {
+				fmt.Fprintf(w, "%8s busy streams not measured: %s\n", "", x.BusyError)
+			}
 		}
 		fmt.Fprintln(w)
 	}

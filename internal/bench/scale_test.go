@@ -245,3 +245,30 @@ func TestDocsListEveryBenchFlagAndNoOther(t *testing.T) {
 }
 
 func near(got, want float64) bool { return got > want-0.001 && got < want+0.001 }
+
+func TestScaleModeOptionsThatCannotRunAreRefusedBeforeAnythingStarts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"an A/B run does not combine with a scale mode", []string{"--baseline-binary", "/bin/true", "--replicas", "1,2"}},
+		{"an A/B run needs a round", []string{"--baseline-binary", "/bin/true", "--rounds", "0"}},
+		{"more than 16 replicas are refused", []string{"--replicas", "1,17"}},
+		{"many streams need more than the busy ones", []string{"--many-streams", "2"}},
+		{"a payload above 16 MiB is refused", []string{"--payloads", "17MiB"}},
+		{"a negative backlog is refused", []string{"--backlog", "-1"}},
+		{"an idle window under 100ms is refused", []string{"--many-streams", "10", "--idle-window", "10ms"}},
+	} {
+		o := DefaultOptions()
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		o.Register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := resolve(o)
+		if _, ok := err.(OptionError); !ok {
+			t.Errorf("%s: %v gave %v, want an OptionError", c.name, c.args, err)
+		}
+	}
+}
