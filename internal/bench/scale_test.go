@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -267,7 +268,8 @@ func TestScaleModeOptionsThatCannotRunAreRefusedBeforeAnythingStarts(t *testing.
 			t.Fatal(err)
 		}
 		_, err := resolve(o)
-		if _, ok := err.(OptionError); !ok {
+		var optErr OptionError
+		if !errors.As(err, &optErr) {
 			t.Errorf("%s: %v gave %v, want an OptionError", c.name, c.args, err)
 		}
 	}
