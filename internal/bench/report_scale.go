@@ -23,6 +23,10 @@ func printAB(w io.Writer, ab *benchAB) {
 			x.A.DispatcherCPUSeconds, x.B.DispatcherCPUSeconds, x.Ratio.DispatcherCPUSeconds,
 			x.A.DispatcherPeakRSSMiB, x.B.DispatcherPeakRSSMiB, x.Ratio.DispatcherPeakRSSMiB)
 	}
+	for _, d := range slices.Sorted(maps.Keys(ab.Drivers)) {
+		x := ab.Drivers[d]
+		fmt.Fprintf(w, "%-12s B÷A msg/s per round %v, median %.3f\n", d, x.Ratio.RunsMsgsPerSec, x.Ratio.MedianOfRuns)
+	}
 }
 
 // printScale prints the scale modes of a run that measured only them.

@@ -34,11 +34,15 @@ type benchABSide struct {
 	RunsMsgsPerSec       []float64 `json:"runs_msgs_per_sec"`
 }
 
-// benchABRatio is B ÷ A of each median.
+// benchABRatio is B ÷ A of each median, and of each round's msg/s (B's run over the
+// A run just before it), whose median is steadier than the ratio of medians when the
+// machine's speed drifts.
 type benchABRatio struct {
-	MsgsPerSec           float64 `json:"msgs_per_sec"`
-	DispatcherCPUSeconds float64 `json:"dispatcher_cpu_seconds"`
-	DispatcherPeakRSSMiB float64 `json:"dispatcher_peak_rss_mib"`
+	MsgsPerSec           float64   `json:"msgs_per_sec"`
+	RunsMsgsPerSec       []float64 `json:"runs_msgs_per_sec"`
+	MedianOfRuns         float64   `json:"median_of_runs_msgs_per_sec"`
+	DispatcherCPUSeconds float64   `json:"dispatcher_cpu_seconds"`
+	DispatcherPeakRSSMiB float64   `json:"dispatcher_peak_rss_mib"`
 }
 
 // abDrains runs driver's drain rounds times with the baseline binary and with the
@@ -70,6 +74,10 @@ func (b *bench) abDrains(ctx context.Context, driver string) (*benchABDriver, be
 	r.Ratio = benchABRatio{MsgsPerSec: ratio(r.B.MsgsPerSec, r.A.MsgsPerSec),
 		DispatcherCPUSeconds: ratio(r.B.DispatcherCPUSeconds, r.A.DispatcherCPUSeconds),
 		DispatcherPeakRSSMiB: ratio(r.B.DispatcherPeakRSSMiB, r.A.DispatcherPeakRSSMiB)}
+	for i := range cur {
+		r.Ratio.RunsMsgsPerSec = append(r.Ratio.RunsMsgsPerSec, ratio(cur[i].MsgsPerSec, a[i].MsgsPerSec))
+	}
+	r.Ratio.MedianOfRuns = median(r.Ratio.RunsMsgsPerSec)
 	slices.SortFunc(cur, func(x, y benchDrain) int { return cmp.Compare(x.MsgsPerSec, y.MsgsPerSec) })
 	return r, cur[(len(cur)-1)/2], nil
 }

@@ -124,6 +124,9 @@ func TestABModeRunsBaselineAndCurrentAlternatelyAndReportsTheirRatios(t *testing
 	if !near(x.Ratio.MsgsPerSec, x.B.MsgsPerSec/x.A.MsgsPerSec) || !near(x.Ratio.DispatcherCPUSeconds, x.B.DispatcherCPUSeconds/x.A.DispatcherCPUSeconds) {
 		t.Errorf("ratios %+v do not match medians A %+v, B %+v", x.Ratio, x.A, x.B)
 	}
+	if len(x.Ratio.RunsMsgsPerSec) != 2 || !near(x.Ratio.RunsMsgsPerSec[1], x.B.RunsMsgsPerSec[1]/x.A.RunsMsgsPerSec[1]) {
+		t.Errorf("per-round ratios %v from A %v and B %v", x.Ratio.RunsMsgsPerSec, x.A.RunsMsgsPerSec, x.B.RunsMsgsPerSec)
+	}
 	if r.ReadyMs.Drains != 4 || r.ReadyMs.ReadyzMs <= 0 || r.ReadyMs.DispatchingMs <= 0 {
 		t.Errorf("ready_ms %+v, want the medians of 4 drains", r.ReadyMs)
 	}
