@@ -112,6 +112,9 @@ type Database struct {
 	// session of its own: LISTEN, the janitor's and flow locks, migrations. "" uses
 	// database_url, which a transaction pooler forbids.
 	ListenURL string `yaml:"listen_url" redact:"dsn"`
+	// MaxConns bounds the connections the pipelines' claims and write-backs share,
+	// however many streams are configured; 0 sizes it from the machine (AutoMaxConns).
+	MaxConns int `yaml:"max_conns"`
 }
 
 // Pooler modes (Database.Pooler).

@@ -230,6 +230,9 @@ func (v *checker) database(key string, d Database) {
 		seconds(k("keepalive_interval"), d.KeepaliveInterval)
 	}
 	v.IntRange(k("keepalive_count"), d.KeepaliveCount, 1, 100)
+	if d.MaxConns != 0 {
+		v.IntRange(k("max_conns"), d.MaxConns, 2, 1000)
+	}
 	if d.UserTimeout != 0 && v.DurRange(k("user_timeout"), d.UserTimeout, time.Second, time.Hour) && d.UserTimeout%time.Millisecond != 0 {
 		v.Add(k("user_timeout"), "must be a whole number of milliseconds, got %s", formatDuration(d.UserTimeout))
 	}

@@ -49,6 +49,8 @@ func TestValidateFindsEachBrokenRule(t *testing.T) {
 		{"A keepalive interval in fractions of a second is a problem.", func(c *Config) { c.Database.KeepaliveInterval = 1500 * time.Millisecond }, "database.keepalive_interval", "whole number of seconds"},
 		{"A keepalive count of 0 is a problem.", func(c *Config) { c.Database.KeepaliveCount = 0 }, "database.keepalive_count", "between 1 and 100"},
 		{"A user timeout under 1s other than 0 is a problem.", func(c *Config) { c.Database.UserTimeout = 10 * time.Millisecond }, "database.user_timeout", "between 1s and 1h"},
+		{"A pool of one connection is a problem.", func(c *Config) { c.Database.MaxConns = 1 }, "database.max_conns", "between 2 and 1000"},
+		{"A negative pool bound is a problem.", func(c *Config) { c.Database.MaxConns = -5 }, "database.max_conns", "between 2 and 1000"},
 		{"A pooler mode outboxd does not know is a problem.", func(c *Config) { c.Database.Pooler = "session" }, "database.pooler", "auto"},
 		{"A transaction pooler without a listen URL is a problem.", func(c *Config) { c.Database.Pooler = PoolerTransaction }, "database.listen_url", "required when database.pooler is transaction"},
 		{"A listen URL that does not parse is a problem.", func(c *Config) { c.Database.ListenURL = "postgres://db:port/app" }, "database.listen_url", `invalid port ":port"`},

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/store"
@@ -102,4 +104,53 @@ func TestAFlowLockDiesWithItsConnection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the backend takes a moment to exit
 	}
 	lock.Release(f.ctx) // on a dead connection: closes it, does not hang or panic
+}
+
+// TestFlowLocksLeaveHalfThePoolToClaimWith takes the flow locks of three streams through
+// a store whose pool has four connections and no sessions pool of its own: the third is
+// refused, as if another session held it, so that flowing pipelines cannot take every
+// connection their claims need; once one is released the third is taken.
+func TestFlowLocksLeaveHalfThePoolToClaimWith(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	cfg, err := pgxpool.ParseConfig(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := store.New(pool, pg.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*store.Lock
+	defer func() {
+		for _, l := range held {
+			l.Release(ctx)
+		}
+	}()
+	for _, stream := range []string{"a", "b"} {
+		l, err := s.TryFlow(ctx, stream)
+		if err != nil || l == nil {
+			t.Fatalf("flow lock of %s: %v, %v", stream, l, err)
+		}
+		held = append(held, l)
+	}
+	if l, err := s.TryFlow(ctx, "c"); err != nil || l != nil {
+		l.Release(ctx)
+		t.Fatalf("a third flow lock took a third of four connections: %v, %v", l, err)
+	}
+	held[0].Release(ctx)
+	held = held[1:]
+	l, err := s.TryFlow(ctx, "c")
+	if err != nil || l == nil {
+		t.Fatalf("flow lock of c once a was released: %v, %v", l, err)
+	}
+	held = append(held, l)
 }

@@ -31,6 +31,7 @@ type Lock struct {
 	idleBefore string
 	mu         sync.Mutex // one statement on conn at a time: heartbeat or release
 	stop, done chan struct{}
+	slot       chan struct{} // the store's flowSlots, given back on Release; nil if none
 }
 
 // FlowLockIdle is how long the server lets a flow lock's session be silent before it
@@ -57,8 +58,25 @@ func (s *Store) TryLock(ctx context.Context) (*Lock, error) {
 // through their WAL flush, so at a high rate the notifications, not the disk, capped
 // how many transactions producers could commit. The lock's session ends, releasing it,
 // once its holder has been silent for FlowLockIdle.
+//
+// When the flow locks share the store's pool, at most half its connections hold one:
+// beyond that TryFlow answers nil, as if another session held it, so the pipelines
+// always keep connections to claim and write back with (a flowing pipeline waiting for
+// a connection that only flow locks hold would wait forever).
 func (s *Store) TryFlow(ctx context.Context, stream string) (*Lock, error) {
+	if s.flowSlots != nil {
+		select {
+		case s.flowSlots <- struct{}{}:
+		default:
+			return nil, nil
+		}
+	}
 	l, err := s.tryLock(ctx, flowClass, s.table.FlowLockKey(stream), FlowLockIdle)
+	if l == nil && s.flowSlots != nil {
+		<-s.flowSlots
+	} else if l != nil {
+		l.slot = s.flowSlots
+	}
 	if err != nil {
 		return nil, fmt.Errorf("flow lock of stream %s in %s: %w", stream, s.table, err)
 	}
@@ -150,6 +168,10 @@ func (l *Lock) Release(ctx context.Context) {
 	}
 	l.conn.Release()
 	l.conn = nil
+	if l.slot != nil {
+		<-l.slot
+		l.slot = nil
+	}
 }
 
 // Reclaim hands expired leases back to pending, oldest expiry first, at most limit rows,

@@ -122,6 +122,10 @@ type Store struct {
 	table    table.Name
 	sql      statements
 	ttl      map[string]time.Duration // per stream; absent: none (WithTTL)
+	// flowSlots bounds the flow locks held at once when they share the store's own pool
+	// (no WithSessions): each holds a connection for as long as its stream flows, and a
+	// pipeline holding one must still find connections to claim and write back.
+	flowSlots chan struct{}
 }
 
 // New returns a Store for the outbox table n, reached through pool.
@@ -135,6 +139,9 @@ func New(pool *pgxpool.Pool, n table.Name, opts ...Option) (*Store, error) {
 	s := &Store{pool: pool, sessions: pool, table: n, sql: newStatements(n)}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.sessions == s.pool {
+		s.flowSlots = make(chan struct{}, max(1, pool.Config().MaxConns/2))
 	}
 	return s, nil
 }

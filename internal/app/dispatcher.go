@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -107,7 +109,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	serverSettings(poolConfig, cfg.Database, behind)
 	poolConfig.MaxConns = max(poolConfig.MaxConns, 4) // janitor, samplers, admin API
-	pipeConfig := pipelineSessions(poolConfig, cfg.Streams, behind)
+	pipeConfig := pipelineSessions(poolConfig, cfg.Database, cfg.Streams, behind)
 	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
@@ -379,27 +381,47 @@ func TTLOptions(streams map[string]config.Stream) []store.Option {
 }
 
 // pipelineSessions is the pool configuration of the pipelines' claims and write-backs:
-// per stream its batches in flight, its claim and the flow lock it may hold, and
-// synchronous_commit off unless database_url sets it. Such a commit returns before its
-// WAL is flushed; a database crash within the next few hundred milliseconds can then
-// undo it, which at-least-once delivery absorbs: an undone claim leaves its rows pending,
-// an undone write-back leaves them leased until reclaimed, and either way they are
-// published again, never lost. Operators' requeues and skips, the janitor and migrations
-// keep the server's setting. Measured: docs/benchmarks.md.
+// at most database.max_conns connections (pipelineConns), whatever the number of
+// streams, and synchronous_commit off unless database_url sets it. Such a commit returns
+// before its WAL is flushed; a database crash within the next few hundred milliseconds
+// can then undo it, which at-least-once delivery absorbs: an undone claim leaves its
+// rows pending, an undone write-back leaves them leased until reclaimed, and either way
+// they are published again, never lost. Operators' requeues and skips, the janitor and
+// migrations keep the server's setting. Measured: docs/benchmarks.md.
+//
+// A batch that finds every connection busy waits for one (within its claim's deadline);
+// a connection left idle for pipelineIdle is closed, so the pool shrinks back once a
+// burst has passed. The flow locks, when they share this pool, hold at most half of it
+// (store.TryFlow), so a flowing pipeline always finds connections to claim with.
 //
 // Behind a transaction pooler the server's setting stays: the pooler would refuse the
 // startup parameter.
-func pipelineSessions(base *pgxpool.Config, streams map[string]config.Stream, behind bool) *pgxpool.Config {
+func pipelineSessions(base *pgxpool.Config, db config.Database, streams map[string]config.Stream, behind bool) *pgxpool.Config {
 	c := base.Copy()
-	conns := int32(0)
-	for _, s := range streams {
-		conns += int32(s.Concurrency) + 2
-	}
-	c.MaxConns = max(conns, 2)
+	c.MaxConns = pipelineConns(db, streams)
+	c.MaxConnIdleTime = min(c.MaxConnIdleTime, pipelineIdle)
 	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set && !behind {
 		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
 	return c
+}
+
+// pipelineIdle is how long a pipelines' connection may stay idle before it is closed.
+const pipelineIdle = 30 * time.Second
+
+// pipelineConns is the bound of the pipelines' pool: database.max_conns when set, else
+// what every stream could use at once (per stream its batches in flight, a claim and a
+// flow lock) but no more than four per CPU and at least 10. Beyond a few connections
+// per core the database serves no more statements a second, it only queues them.
+func pipelineConns(db config.Database, streams map[string]config.Stream) int32 {
+	if db.MaxConns > 0 {
+		return int32(min(db.MaxConns, math.MaxInt32))
+	}
+	want := 0
+	for _, s := range streams {
+		want += s.Concurrency + 2
+	}
+	return int32(max(2, min(want, max(10, 4*runtime.GOMAXPROCS(0)))))
 }
 
 // ListenerConnected reports whether the LISTEN connection is up, so that a caller

@@ -1,7 +1,8 @@
 package app
 
 import (
-	"github.com/outboxd/outboxd/router/drivers"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/router/drivers"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -69,7 +71,7 @@ func TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes(t *test
 		t.Fatal(err)
 	}
 	server := setting(base)
-	pipes := pipelineSessions(base, streams, false)
+	pipes := pipelineSessions(base, config.Database{}, streams, false)
 	if got := setting(pipes); got != "off" || pipes.MaxConns != 3+2+1+2 {
 		t.Errorf("pipelines' sessions: synchronous_commit %s, %d connections; want off, 8", got, pipes.MaxConns)
 	}
@@ -84,7 +86,42 @@ func TestThePipelinesCommitWithoutWaitingForTheirFlushAndNothingElseDoes(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := setting(pipelineSessions(given, streams, false)); got != "remote_write" {
+	if got := setting(pipelineSessions(given, config.Database{}, streams, false)); got != "remote_write" {
 		t.Errorf("with synchronous_commit=remote_write in database_url, the pipelines' sessions have %s", got)
+	}
+}
+
+// TestThePipelinesPoolIsBoundedByItsSettingNotByTheStreams: a thousand streams get no
+// more connections than a few; database.max_conns sets the bound; idle ones are closed.
+func TestThePipelinesPoolIsBoundedByItsSettingNotByTheStreams(t *testing.T) {
+	t.Parallel()
+	streams := map[string]config.Stream{}
+	for i := range 1000 {
+		streams[fmt.Sprintf("s%d", i)] = config.Stream{Concurrency: 2}
+	}
+	base, err := pgxpool.ParseConfig("postgres://127.0.0.1/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		db      config.Database
+		streams map[string]config.Stream
+		want    int32
+	}{
+		{"A thousand streams get a few connections per CPU.", config.Database{}, streams, int32(max(10, 4*runtime.GOMAXPROCS(0)))},
+		{"Two streams get what they can use at once.", config.Database{}, map[string]config.Stream{"a": {Concurrency: 1}, "b": {Concurrency: 2}}, 7},
+		{"database.max_conns sets the bound.", config.Database{MaxConns: 6}, streams, 6},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := pipelineSessions(base, c.db, c.streams, false)
+			if got.MaxConns != c.want {
+				t.Errorf("MaxConns %d, want %d", got.MaxConns, c.want)
+			}
+			if got.MaxConnIdleTime > pipelineIdle {
+				t.Errorf("idle connections live %s, want at most %s", got.MaxConnIdleTime, pipelineIdle)
+			}
+		})
 	}
 }
