@@ -96,7 +96,15 @@ type PipelineConfig struct {
 	// FlowRate is how many notifications a second for the stream start a flow
 	// (DefaultFlowRate).
 	FlowRate int
+	// Polled says a Poller watches the stream: parked and not woken, the pipeline then
+	// waits polledBackstop instead of PollInterval, and the Poller wakes it when its
+	// stream has rows to claim or to expire.
+	Polled bool
 }
+
+// polledBackstop is how long a Polled pipeline waits on its own: should the Poller stop,
+// the stream is still claimed this often.
+const polledBackstop = time.Minute
 
 func (c *PipelineConfig) defaults() error {
 	setInt := func(v *int, d int) {
@@ -281,7 +289,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 				p.sleep(ctx, min(p.cfg.PollInterval, backoff(100*time.Millisecond, 5*time.Second, claimFailures)), false)
 			} else if err == nil {
 				claimFailures = 0
-				p.sleep(ctx, p.flow.wait(p.now(), p.cfg.PollInterval), true)
+				p.sleep(ctx, p.flow.wait(p.now(), p.idlePoll()), true)
 			}
 			continue
 		}
@@ -296,7 +304,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if len(claim.Messages) < limit {
 			// Not a full batch: the backlog is drained. Wait for news or the poll
 			// (a millisecond while flowing).
-			p.sleep(ctx, p.flow.wait(p.now(), p.cfg.PollInterval), true)
+			p.sleep(ctx, p.flow.wait(p.now(), p.idlePoll()), true)
 		}
 	}
 
@@ -305,6 +313,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.flow.stop(ctx)
 	inflight.Wait()
 	return nil
+}
+
+// idlePoll is how long the pipeline waits for news when parked.
+func (p *Pipeline) idlePoll() time.Duration {
+	if p.cfg.Polled {
+		return max(p.cfg.PollInterval, polledBackstop)
+	}
+	return p.cfg.PollInterval
 }
 
 // takeSlot waits for a free batch slot, false once ctx ends. A flowing pipeline that

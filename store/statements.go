@@ -14,6 +14,7 @@ type statements struct {
 	versionTableExists, schemaVersion                    string
 	reclaim, purge, backlog                              string
 	expire, purgeExpired                                 string
+	due                                                  string
 }
 
 func newStatements(n table.Name) statements {
@@ -33,6 +34,7 @@ func newStatements(n table.Name) statements {
 		purge:             strings.ReplaceAll(render(purgeSQL, n), "{{purged}}", n.Derived("purged")),
 		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
+		due:               render(dueSQL, n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
 		schemaVersion: `SELECT version, dirty FROM ` + n.QualifiedMigrationsTable() +

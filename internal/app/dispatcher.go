@@ -40,6 +40,7 @@ type Dispatcher struct {
 	drivers     map[string]router.Driver
 	pipelines   []*dispatch.Pipeline
 	listener    *dispatch.Listener
+	poller      *dispatch.Poller
 	janitor     *dispatch.Janitor
 	sampler     *dispatch.Sampler
 	bus         *events.Bus
@@ -201,6 +202,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
 	}
 	deadPeers(&listenConfig.Config, cfg.Database)
+	d.poller = dispatch.NewPoller(sharedPoll(cfg.Streams), d.store, d.pipelines, logger)
 	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n}}, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
@@ -260,6 +262,21 @@ func orderedStreams(cfg *config.Config) []string {
 	return out
 }
 
+// sharedPoll is the interval of the shared poll: the shortest poll_interval of the
+// streams, so that none waits longer than it asked for.
+func sharedPoll(streams map[string]config.Stream) time.Duration {
+	var d time.Duration
+	for _, s := range streams {
+		if d == 0 || (s.PollInterval > 0 && s.PollInterval < d) {
+			d = s.PollInterval
+		}
+	}
+	if d <= 0 {
+		return time.Second
+	}
+	return d
+}
+
 // pipelineConfig maps a stream's settings onto its pipeline.
 func pipelineConfig(name string, s config.Stream, replica string) dispatch.PipelineConfig {
 	return dispatch.PipelineConfig{
@@ -268,7 +285,7 @@ func pipelineConfig(name string, s config.Stream, replica string) dispatch.Pipel
 		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
 		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,
 		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer, Ordered: s.Ordered, NoFlow: !s.Flow,
-		FlowRate: s.FlowRate,
+		FlowRate: s.FlowRate, Polled: true,
 	}
 }
 
@@ -305,7 +322,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
 	var background sync.WaitGroup
-	loops := []func(context.Context) error{d.listener.Run, d.janitor.Run, d.sampler.Run}
+	loops := []func(context.Context) error{d.listener.Run, d.poller.Run, d.janitor.Run, d.sampler.Run}
 	for _, loop := range loops {
 		background.Add(1)
 		go func() {

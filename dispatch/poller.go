@@ -1,0 +1,72 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// DueFinder is what the shared poll needs from the database (store.Store).
+type DueFinder interface {
+	// DueStreams names every stream with pending rows, true for those with a row to
+	// claim or to expire now.
+	DueStreams(ctx context.Context) (map[string]bool, error)
+	// TTL is the stream's time to live, 0 when it has none.
+	TTL(stream string) time.Duration
+}
+
+// Poller is the shared poll of every pipeline configured Polled: once an interval it
+// asks the database, in one statement for the whole table, which streams have rows to
+// claim or to expire, and wakes those pipelines only. An idle dispatcher so costs one
+// query an interval, not a claim and an expiry sweep per stream. A stream with a ttl is
+// woken whenever it has pending rows at all, since they may have outlived it. When the
+// question fails, every pipeline is woken, as if each polled on its own: polling still
+// delivers everything.
+type Poller struct {
+	interval  time.Duration
+	store     DueFinder
+	pipelines []*Pipeline
+	log       *slog.Logger
+}
+
+// NewPoller builds the shared poll of pipelines, run every interval.
+func NewPoller(interval time.Duration, st DueFinder, pipelines []*Pipeline, logger *slog.Logger) *Poller {
+	_, logger = orDiscard(nil, logger)
+	return &Poller{interval: interval, store: st, pipelines: pipelines, log: logger.With("component", "poller")}
+}
+
+// Run polls until ctx ends.
+func (p *Poller) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		t := time.NewTimer(jitter(p.interval))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		if err := p.poll(ctx); err != nil && ctx.Err() == nil {
+			failures++
+			if failures == 1 || failures%60 == 0 {
+				p.log.Warn("shared poll failed; every pipeline polls on its own", "err", err, "consecutive", failures)
+			}
+			continue
+		}
+		failures = 0
+	}
+}
+
+// poll wakes the pipelines whose streams are due, or every pipeline when it cannot tell.
+func (p *Poller) poll(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, max(p.interval, 5*time.Second))
+	defer cancel()
+	due, err := p.store.DueStreams(ctx)
+	for _, pl := range p.pipelines {
+		now, pending := due[pl.cfg.Stream]
+		if err != nil || now || (pending && p.store.TTL(pl.cfg.Stream) > 0) {
+			pl.wakeUp()
+		}
+	}
+	return err
+}

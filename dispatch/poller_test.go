@@ -1,0 +1,88 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/dispatch"
+	"github.com/outboxd/outboxd/router"
+)
+
+// TestTheSharedPollAloneDeliversEveryMessageOfManyStreams runs forty pipelines that
+// never poll on their own within the test (Polled: their backstop is a minute) and no
+// listener: only the shared poll wakes them. Messages arrive in waves, from producers
+// running at the same time, after the pipelines' first claims found nothing; every third
+// message is refused on its first attempt, so it waits its backoff (available_at in the
+// future) and must be woken again when due. Every message must come out, and every row
+// end delivered.
+func TestTheSharedPollAloneDeliversEveryMessageOfManyStreams(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var mu sync.Mutex
+	attempts := map[int64]int{}
+	pub := newFakePublisher(func(_ context.Context, m router.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[m.ID]++
+		if m.ID%3 == 0 && attempts[m.ID] == 1 {
+			return router.Retryable(errRefused)
+		}
+		return nil
+	})
+	const streams, waves, perWave = 40, 4, 5
+	var pipes []*dispatch.Pipeline
+	for i := range streams {
+		pipes = append(pipes, pipeline(t, f, dispatch.PipelineConfig{Stream: fmt.Sprintf("s%02d", i), Polled: true,
+			BatchSize: 4, BackoffInitial: 30 * time.Millisecond, BackoffMax: 100 * time.Millisecond}, pub, nil))
+	}
+	for _, p := range pipes {
+		run(t, p)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	poller := dispatch.NewPoller(20*time.Millisecond, f.store, pipes, nil)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = poller.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(100 * time.Millisecond) // the pipelines' first claims have found nothing
+	var wg sync.WaitGroup
+	var all sync.Map
+	for w := range waves {
+		for i := range streams {
+			wg.Go(func() {
+				for _, id := range f.insert(t, fmt.Sprintf("s%02d", i), perWave) {
+					all.Store(id, true)
+				}
+			})
+		}
+		wg.Wait()
+		_ = w
+		time.Sleep(30 * time.Millisecond)
+	}
+	total := streams * waves * perWave
+	waitFor(t, 20*time.Second, "every row delivered", func() bool { return f.counts(t)["delivered"] == total })
+	confirmed := pub.confirmedIDs()
+	missing := 0
+	all.Range(func(k, _ any) bool {
+		if confirmed[k.(int64)] == 0 {
+			missing++
+		}
+		return true
+	})
+	if missing > 0 || len(confirmed) != total {
+		t.Fatalf("%d of %d messages never confirmed, %d confirmed ids", missing, total, len(confirmed))
+	}
+	retried := 0
+	for id, n := range attempts {
+		if id%3 == 0 && n >= 2 {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no message was retried after its backoff: the test injected no failure")
+	}
+}
