@@ -37,6 +37,10 @@ type ListenerConfig struct {
 	// Keepalive is how long a quiet connection waits before it is pinged, so that a
 	// connection that died silently is noticed (30s).
 	Keepalive time.Duration
+	// Connected, when set, is called after each (re)connect instead of waking every
+	// pipeline: the shared poll (Poller.Kick) then finds the streams whose notifications
+	// may have been lost, without a claim per stream.
+	Connected func()
 }
 
 // NewListener builds a listener waking wakers; emit and logger may be nil.
@@ -102,8 +106,12 @@ func (l *Listener) session(ctx context.Context) error {
 	l.connected.Store(true)
 	l.emit.Emit(events.ListenerState{Connected: true})
 	l.log.Info("listening for new messages", "channel", conn.Channel())
-	for _, w := range l.wakers {
-		w.Wake()
+	if l.cfg.Connected != nil {
+		l.cfg.Connected()
+	} else {
+		for _, w := range l.wakers {
+			w.Wake()
+		}
 	}
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.Keepalive)

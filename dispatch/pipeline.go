@@ -98,7 +98,9 @@ type PipelineConfig struct {
 	FlowRate int
 	// Polled says a Poller watches the stream: parked and not woken, the pipeline then
 	// waits polledBackstop instead of PollInterval, and the Poller wakes it when its
-	// stream has rows to claim or to expire.
+	// stream has rows to claim or to expire. It starts parked too, so that a thousand
+	// streams starting together do not claim all at once: the Poller's first poll, at
+	// its start, wakes those with rows.
 	Polled bool
 }
 
@@ -234,6 +236,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	claimFailures := 0
 	defer p.flow.stop(ctx) // producers notify again once this pipeline is gone
+	if p.cfg.Polled {
+		p.sleep(ctx, p.idlePoll(), true)
+	}
 
 	for ctx.Err() == nil {
 		if !p.takeSlot(ctx, slots) {

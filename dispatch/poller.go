@@ -27,24 +27,38 @@ type Poller struct {
 	store     DueFinder
 	pipelines []*Pipeline
 	log       *slog.Logger
+	kick      chan struct{}
 }
 
 // NewPoller builds the shared poll of pipelines, run every interval.
 func NewPoller(interval time.Duration, st DueFinder, pipelines []*Pipeline, logger *slog.Logger) *Poller {
 	_, logger = orDiscard(nil, logger)
-	return &Poller{interval: interval, store: st, pipelines: pipelines, log: logger.With("component", "poller")}
+	return &Poller{interval: interval, store: st, pipelines: pipelines, log: logger.With("component", "poller"),
+		kick: make(chan struct{}, 1)}
 }
 
-// Run polls until ctx ends.
+// Kick asks for a poll now (the listener, after it reconnected). It never blocks.
+func (p *Poller) Kick() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run polls at once, then every interval or when kicked, until ctx ends.
 func (p *Poller) Run(ctx context.Context) error {
 	failures := 0
-	for {
-		t := time.NewTimer(jitter(p.interval))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			t := time.NewTimer(jitter(p.interval))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			case <-p.kick:
+				t.Stop()
+			}
 		}
 		if err := p.poll(ctx); err != nil && ctx.Err() == nil {
 			failures++

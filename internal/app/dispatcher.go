@@ -203,7 +203,8 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	deadPeers(&listenConfig.Config, cfg.Database)
 	d.poller = dispatch.NewPoller(sharedPoll(cfg.Streams), d.store, d.pipelines, logger)
-	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n}}, wakers, d.bus, logger)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n},
+		Connected: d.poller.Kick}, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {
