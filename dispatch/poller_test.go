@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/store"
 )
 
 // TestTheSharedPollAloneDeliversEveryMessageOfManyStreams runs forty pipelines that
@@ -84,5 +87,40 @@ func TestTheSharedPollAloneDeliversEveryMessageOfManyStreams(t *testing.T) {
 	}
 	if retried == 0 {
 		t.Fatal("no message was retried after its backoff: the test injected no failure")
+	}
+}
+
+// TestAReconnectedListenerAsksTheSharedPollInsteadOfWakingEveryPipeline: with a
+// Connected hook, connecting calls it and wakes no pipeline; a notification still wakes
+// its own.
+func TestAReconnectedListenerAsksTheSharedPollInsteadOfWakingEveryPipeline(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	a := &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}
+	asked := make(chan struct{}, 1)
+	cfg, err := pgx.ParseConfig(f.pg.DSN)
+	must(t, err)
+	rec := newRecorder()
+	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: cfg, Table: f.pg.Table},
+		Connected: func() { asked <- struct{}{} }}, []dispatch.Waker{a}, rec, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener connected without asking for a poll")
+	}
+	f.insert(t, "a", 1)
+	select {
+	case <-a.woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream a was not woken by its insert")
+	}
+	select {
+	case <-a.woken:
+		t.Fatal("stream a was woken twice for one insert: the connect woke it too")
+	case <-time.After(100 * time.Millisecond):
 	}
 }
