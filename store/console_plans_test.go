@@ -91,6 +91,8 @@ func TestEveryConsoleStatementIsIndexBackedOnAMillionRows(t *testing.T) {
 				{"the failed messages of a stream", list(with(func(f *MessageFilter) { f.Status, f.Stream = "failed", "s1" }))},
 				{"the pending messages", list(with(func(f *MessageFilter) { f.Status = "pending" }))},
 				{"the delivered messages", list(with(func(f *MessageFilter) { f.Status = "delivered" }))},
+				{"an id range of failed messages", list(with(func(f *MessageFilter) { f.Status, f.AfterID, f.ToID = "failed", 1000100, 1000900 }))},
+				{"an id range", list(with(func(f *MessageFilter) { f.AfterID, f.ToID = 400000, 400500 }))},
 				{"a key across every status", scanned(scan(func(f *ScanFilter) { f.Key = "k7" }))},
 				{"a topic among delivered messages", scanned(scan(func(f *ScanFilter) { f.Status, f.Topic = "delivered", "t3" }))},
 				{"an id range with a stream and a key", scanned(scan(func(f *ScanFilter) {

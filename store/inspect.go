@@ -47,6 +47,8 @@ type MessageFilter struct {
 	Until  time.Time // created_at < Until
 	// AfterID is the keyset cursor: only rows with a greater id are listed.
 	AfterID int64
+	// ToID bounds the ids from above: id <= ToID; zero: no bound.
+	ToID int64
 	// Limit is the page size, 1 to MaxListLimit.
 	Limit int
 }
@@ -114,6 +116,8 @@ func (f MessageFilter) check() error {
 		return fmt.Errorf("limit must be between 1 and %d, got %d", MaxListLimit, f.Limit)
 	case f.AfterID < 0:
 		return fmt.Errorf("cursor id must not be negative, got %d", f.AfterID)
+	case f.ToID < 0:
+		return fmt.Errorf("highest id must not be negative, got %d", f.ToID)
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
 		return fmt.Errorf("until (%s) must be after since (%s)", f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
 	}
@@ -155,7 +159,7 @@ func renderInspect(sql string, n table.Name) string {
 // makes successive pages disjoint. The payload is never read: octet_length takes a
 // bytea's size from its header without decompressing or fetching it from TOAST.
 // Parameters: $1 after id, $2 status, $3 stream, $4 since, $5 until (NULL: no filter),
-// $6 limit.
+// $6 limit, $7 highest id (NULL: no bound).
 const listSQL = `
 SELECT id, stream, topic, coalesce(key, ''), status, attempts, coalesce(last_error, ''),
        created_at, available_at, published_at, deferred_since, coalesce(owner, ''),
@@ -166,6 +170,7 @@ WHERE id > $1
   AND ($3::text IS NULL OR stream = $3::text)
   AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
   AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+  AND ($7::bigint IS NULL OR id <= $7::bigint)
 ORDER BY id
 LIMIT $6`
 
@@ -184,6 +189,7 @@ WITH matching AS MATERIALIZED (
       AND ($3::text IS NULL OR stream = $3::text)
       AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
       AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+      AND ($7::bigint IS NULL OR id <= $7::bigint)
 )
 SELECT id, stream, topic, coalesce(key, ''), status, attempts, coalesce(last_error, ''),
        created_at, available_at, published_at, deferred_since, coalesce(owner, ''),
@@ -289,7 +295,7 @@ func (s *Store) listStatement(f MessageFilter) (string, []any) {
 		sql = listBacklogSQL
 	}
 	return s.inspectSQL(sql), []any{pgx.QueryExecModeExec,
-		f.AfterID, nullable(f.Status), nullable(f.Stream), nullableTime(f.Since), nullableTime(f.Until), f.Limit}
+		f.AfterID, nullable(f.Status), nullable(f.Stream), nullableTime(f.Since), nullableTime(f.Until), f.Limit, nullable(f.ToID)}
 }
 
 // ListMessages returns one page of rows matching f, in id order. The next page is the

@@ -26,8 +26,6 @@ const MaxScan = 100000
 // filter.
 type ScanFilter struct {
 	MessageFilter
-	// ToID bounds the range from above: id <= ToID.
-	ToID int64
 	// Key and Topic match exactly; ErrorContains is a case-insensitive substring of
 	// last_error.
 	Key, Topic, ErrorContains string
@@ -49,10 +47,7 @@ func (f ScanFilter) check() error {
 	if err := f.MessageFilter.check(); err != nil {
 		return err
 	}
-	switch {
-	case f.ToID < 0:
-		return fmt.Errorf("highest id must not be negative, got %d", f.ToID)
-	case f.Scan < 1 || f.Scan > MaxScan:
+	if f.Scan < 1 || f.Scan > MaxScan {
 		return fmt.Errorf("scan must be between 1 and %d rows, got %d", MaxScan, f.Scan)
 	}
 	return nil

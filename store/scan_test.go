@@ -51,7 +51,7 @@ func TestAScanKeepsTheFiltersNoIndexCoversAndSaysHowFarItLooked(t *testing.T) {
 		{"error text matches in any case", store.ScanFilter{ErrorContains: "TIMEOUT"}, []int64{ids[4]}},
 		{"error text among failed rows of a stream", store.ScanFilter{MessageFilter: store.MessageFilter{Status: "failed", Stream: "orders"},
 			ErrorContains: "said no"}, []int64{ids[2], ids[3]}},
-		{"an id range bounds the rows", store.ScanFilter{MessageFilter: store.MessageFilter{AfterID: ids[0]}, ToID: ids[2], Key: "a"}, []int64{ids[2]}},
+		{"an id range bounds the rows", store.ScanFilter{MessageFilter: store.MessageFilter{AfterID: ids[0], ToID: ids[2]}, Key: "a"}, []int64{ids[2]}},
 		{"a key with pending rows", store.ScanFilter{MessageFilter: store.MessageFilter{Status: "pending"}, Key: "b"}, []int64{ids[1], ids[5]}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
