@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -188,16 +189,43 @@ type messagesData struct {
 	Statuses []string
 	Page     ops.MessagePage
 	Error    string
+	// NextURL is the next page's address, the filter kept; Budget the rows a page
+	// filtered by key, topic or error text examines at most, and Short whether this
+	// page stopped at that budget before it filled (more may match).
+	NextURL string
+	Budget  int
+	Short   bool
+	// Ordered says the filter's stream is an ordered one (its heads may be skipped).
+	Ordered bool
+}
+
+// queryOf reads the listing's filter from a request's URL.
+func queryOf(q url.Values) ops.MessageQuery {
+	return ops.MessageQuery{
+		Stream: q.Get("stream"), Status: q.Get("status"), Since: q.Get("since"), Until: q.Get("until"),
+		Cursor: q.Get("cursor"), Limit: q.Get("limit"), FromID: q.Get("from_id"), ToID: q.Get("to_id"),
+		Key: q.Get("key"), Topic: q.Get("topic"), Error: q.Get("error"),
+	}
+}
+
+// nextURL is the address of the page after cursor, with the same outbox and filter.
+func nextURL(outbox string, q ops.MessageQuery, cursor string) string {
+	v := url.Values{}
+	for _, p := range []struct{ k, v string }{{"outbox", outbox}, {"stream", q.Stream}, {"status", q.Status},
+		{"since", q.Since}, {"until", q.Until}, {"from_id", q.FromID}, {"to_id", q.ToID}, {"key", q.Key},
+		{"topic", q.Topic}, {"error", q.Error}, {"limit", q.Limit}, {"cursor", cursor}} {
+		if p.v != "" {
+			v.Set(p.k, p.v)
+		}
+	}
+	return "/ui/messages?" + v.Encode()
 }
 
 var statuses = []string{"pending", "leased", "delivered", "failed", "expired"}
 
 func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := messagesData{Outbox: q.Get("outbox"), Statuses: statuses, Query: ops.MessageQuery{
-		Stream: q.Get("stream"), Status: q.Get("status"), Since: q.Get("since"), Until: q.Get("until"),
-		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
-	}}
+	d := messagesData{Outbox: q.Get("outbox"), Statuses: statuses, Query: queryOf(q), Budget: ops.ScanBudget}
 	for _, o := range c.opt.Outboxes() {
 		d.Outboxes = append(d.Outboxes, o.Name)
 	}
@@ -208,6 +236,13 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
 		d.Page, err = o.ListMessages(ctx, d.Query)
+		for _, st := range box.Streams {
+			d.Ordered = d.Ordered || (st.Name == d.Query.Stream && st.Ordered)
+		}
+	}
+	if d.Page.NextCursor != "" {
+		d.NextURL = nextURL(d.Outbox, d.Query, d.Page.NextCursor)
+		d.Short = d.Page.Scanned == int64(ops.ScanBudget) && len(d.Page.Messages) < pageSize(d.Query.Limit)
 	}
 	if err != nil {
 		status, d.Error = statusOf(err), err.Error()
@@ -216,6 +251,14 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, status, "messages", sessionOf(r), d)
+}
+
+// pageSize is the rows a listing page holds, from its limit parameter.
+func pageSize(limit string) int {
+	if n, err := strconv.Atoi(limit); err == nil && n > 0 {
+		return n
+	}
+	return ops.DefaultPageLimit
 }
 
 // messageData is one message opened.
