@@ -119,7 +119,7 @@ func (a *adminServer) serve(cfg *config.Config, metrics http.Handler, logger *sl
 	for _, o := range a.outboxes {
 		streams, drivers := ops.Describe(o.cfg)
 		ao := admin.Outbox{Name: o.name, Waiting: o.waiting, Streams: streams, Drivers: drivers, Breakers: o.breakers.States}
-		co := console.Outbox{Name: o.name, Streams: streams, Breakers: o.breakers.States}
+		co := console.Outbox{Name: o.name, Streams: streams, Breakers: o.breakers.States, Activity: o.activity}
 		if d := o.disp.Load(); d != nil {
 			ao.Store, co.Store = d.store, d.store
 			ao.Ready = []admin.Check{{Name: "listener", Probe: func(context.Context) error {

@@ -40,6 +40,9 @@ type Outbox struct {
 	Streams []ops.Stream
 	// Breakers returns each stream's breaker state; nil leaves the states out.
 	Breakers func() map[string]string
+	// Activity counts the streams' recent throughput and dead-lettered messages on
+	// this replica; nil leaves them out.
+	Activity *Activity
 }
 
 // Options configures the console. Mode, a token the mode allows to log in, and

@@ -39,6 +39,12 @@ var funcs = template.FuncMap{
 		}
 		return &t
 	},
+	"rate": func(r float64) string {
+		if r < 10 {
+			return strconv.FormatFloat(r, 'f', 1, 64)
+		}
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	},
 	"deref": func(p *int64) int64 {
 		if p == nil {
 			return 0
@@ -132,8 +138,16 @@ func errWaiting(name string) error { return waitingError(name) }
 type outboxStats struct {
 	Name    string
 	Table   string
-	Streams []ops.StreamStats
-	Error   string
+	Streams []streamRow
+	// Activity says the throughput and dead-letter columns are known (Outbox.Activity).
+	Activity bool
+	Error    string
+}
+
+// streamRow is one stream's row: the sampled backlog and, when known, its activity.
+type streamRow struct {
+	ops.StreamStats
+	T Throughput
 }
 
 func (c *console) sample(ctx context.Context) []outboxStats {
@@ -154,7 +168,14 @@ func (c *console) sample(ctx context.Context) []outboxStats {
 			c.log.Warn("console stats failed", "outbox", o.Name, "err", err)
 			os.Error = err.Error()
 		}
-		os.Streams, os.Table = st.Streams, st.Table
+		os.Table, os.Activity = st.Table, o.Activity != nil
+		for _, ss := range st.Streams {
+			row := streamRow{StreamStats: ss}
+			if o.Activity != nil {
+				row.T = o.Activity.Of(ss.Stream)
+			}
+			os.Streams = append(os.Streams, row)
+		}
 		out = append(out, os)
 	}
 	return out
