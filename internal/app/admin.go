@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/admin"
@@ -44,8 +45,13 @@ func (a *adminServer) console(cfg *config.Config, logger *slog.Logger) http.Hand
 		waiting[i] = console.Outbox{Name: o.name, Streams: streams}
 	}
 	a.consoleOutboxes.CompareAndSwap(nil, &waiting) // serve may have filled it already
+	var version string
+	if len(a.outboxes) > 0 {
+		version = a.outboxes[0].version
+	}
 	return console.New(console.Options{Mode: cfg.HTTP.UI, AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken,
-		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger, TraceURL: cfg.Tracing.UIURL})
+		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger, TraceURL: cfg.Tracing.UIURL,
+		Version: version, Started: time.Now()})
 }
 
 // multi reports whether the process serves an outboxes list.

@@ -34,6 +34,7 @@ type outbox struct {
 	// activity feeds the web console's throughput and dead-letter columns; nil while
 	// the console is off.
 	activity *console.Activity
+	version  string // the build version, for the console's replicas page
 	disp     atomic.Pointer[Dispatcher]
 	reason   atomic.Pointer[string]
 }
@@ -44,7 +45,7 @@ func newOutboxes(cfg *config.Config, reg *prometheus.Registry, version string, l
 	var out []*outbox
 	for _, o := range cfg.Served() {
 		one := cfg.ForOutbox(o)
-		ob := &outbox{name: o.Name, multi: multi, cfg: one, log: logger}
+		ob := &outbox{name: o.Name, multi: multi, cfg: one, log: logger, version: version}
 		var r prometheus.Registerer = reg
 		if multi {
 			// The same series for every outbox, told apart by a label: metric definitions,

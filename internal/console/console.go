@@ -62,6 +62,9 @@ type Options struct {
 	SessionTTL time.Duration
 	// TraceURL, when set, is tracing.ui_url: a message's trace id links there.
 	TraceURL string
+	// Version and Started describe the replica serving the console (the replicas page).
+	Version string
+	Started time.Time
 }
 
 // Prefix is where the console is served.
@@ -138,6 +141,7 @@ func New(opt Options) http.Handler {
 	mux.Handle("GET /ui/streams/table", c.need(read, c.streamsTable))
 	mux.Handle("GET /ui/messages", c.need(read, c.messages))
 	mux.Handle("GET /ui/message", c.need(read, c.message))
+	mux.Handle("GET /ui/replicas", c.need(read, c.replicas))
 	mux.Handle("POST /ui/confirm", c.need(act, c.confirm))
 	mux.Handle("POST /ui/act", c.need(act, c.act))
 	return secure(mux)

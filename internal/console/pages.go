@@ -57,7 +57,7 @@ var funcs = template.FuncMap{
 // parse is a build mistake.
 func parsePages() map[string]*page {
 	out := map[string]*page{}
-	for _, name := range []string{"login", "streams", "messages", "message", "confirm", "done", "error"} {
+	for _, name := range []string{"login", "streams", "messages", "message", "replicas", "confirm", "done", "error"} {
 		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
 			"templates/layout.html", "templates/streams_table.html", "templates/"+name+".html"))
 		out[name] = &page{t: t}

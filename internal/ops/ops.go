@@ -33,6 +33,7 @@ type Store interface {
 	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
 	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
 	ScanMessages(ctx context.Context, f store.ScanFilter) (store.ScanPage, error)
+	LockHolders(ctx context.Context, streams []string) ([]store.LockHolder, error)
 	GetMessage(ctx context.Context, id int64, maxPayload int) (store.MessageDetail, bool, error)
 	CountFailed(ctx context.Context, f store.RequeueFilter) (int64, error)
 	RequeueIDs(ctx context.Context, ids []int64) (int64, error)
