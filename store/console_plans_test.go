@@ -94,6 +94,8 @@ func TestEveryConsoleStatementIsIndexBackedOnAMillionRows(t *testing.T) {
 				{"an id range of failed messages", list(with(func(f *MessageFilter) { f.Status, f.AfterID, f.ToID = "failed", 1000100, 1000900 }))},
 				{"an id range", list(with(func(f *MessageFilter) { f.AfterID, f.ToID = 400000, 400500 }))},
 				{"a key across every status", scanned(scan(func(f *ScanFilter) { f.Key = "k7" }))},
+				{"a stream alone", scanned(scan(func(f *ScanFilter) { f.Stream = "s1" }))},
+				{"a time window among delivered messages", scanned(scan(func(f *ScanFilter) { f.Status, f.Since = "delivered", hour }))},
 				{"a topic among delivered messages", scanned(scan(func(f *ScanFilter) { f.Status, f.Topic = "delivered", "t3" }))},
 				{"an id range with a stream and a key", scanned(scan(func(f *ScanFilter) {
 					f.AfterID, f.ToID, f.Stream, f.Key = 400000, 600000, "s2", "k9"

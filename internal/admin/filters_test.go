@@ -42,3 +42,27 @@ func TestTheAPIFiltersAndRequeuesAsTheConsoleDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestARareStreamAmongDeliveredRowsIsScannedWithinTheBudget: no index covers the
+// stream of delivered rows, so a listing by stream alone examines at most ScanBudget
+// rows, says so, and its cursor goes on from there to the match.
+func TestARareStreamAmongDeliveredRowsIsScannedWithinTheBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	if _, err := f.pg.Pool.Exec(f.ctx, `INSERT INTO `+f.pg.Table.Qualified()+` (stream, topic, payload, status, published_at)
+		SELECT 'orders', 't', '\x00', 'delivered', now() FROM generate_series(1, $1)`, ops.ScanBudget+50); err != nil {
+		t.Fatal(err)
+	}
+	rare := f.insert(t, "payments", 1)[0]
+	var page ops.MessagePage
+	f.do(t, "GET", "/api/v1/messages?stream=payments", "").decode(t, &page)
+	if len(page.Messages) != 0 || page.Scanned != ops.ScanBudget || page.NextCursor == "" {
+		t.Fatalf("first page of a rare stream: %d messages, scanned %d, cursor %q; want none, %d scanned and a cursor",
+			len(page.Messages), page.Scanned, page.NextCursor, ops.ScanBudget)
+	}
+	var next ops.MessagePage
+	f.do(t, "GET", "/api/v1/messages?stream=payments&cursor="+page.NextCursor, "").decode(t, &next)
+	if len(next.Messages) != 1 || next.Messages[0].ID != rare || next.NextCursor != "" {
+		t.Errorf("the page after the budget: %+v, want message %d and no cursor", next, rare)
+	}
+}

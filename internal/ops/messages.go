@@ -37,17 +37,16 @@ type Message struct {
 
 // MessagePage is the answer of GET /api/v1/messages and of `outboxd messages --json`.
 // NextCursor is set when more rows match: pass it as cursor to get them. Scanned is
-// set when the query filtered by key, topic or error text: the page then examined at
-// most ScanBudget rows, and NextCursor is also set when the budget ran out before the
-// page filled (more may match).
+// set when the query filtered by something no index covers (MessageQuery.Scans): the
+// page then examined at most ScanBudget rows, and NextCursor is also set when the
+// budget ran out before the page filled (more may match).
 type MessagePage struct {
 	Messages   []Message `json:"messages"`
 	NextCursor string    `json:"next_cursor,omitempty"`
 	Scanned    int64     `json:"scanned,omitempty"`
 }
 
-// ScanBudget is how many rows one page filtered by key, topic or error text examines
-// at most.
+// ScanBudget is how many rows one page with a filter no index covers examines at most.
 const ScanBudget = 10000
 
 func newMessage(m store.MessageSummary) Message {
@@ -73,10 +72,16 @@ type MessageQuery struct {
 	FromID, ToID, Key, Topic, Error             string
 }
 
-// Scans says whether q filters by something no index covers (key, topic, error text),
-// so that a page examines a bounded number of rows (ScanBudget).
+// Scans says whether q filters by something no index covers, so that a page examines
+// a bounded number of rows (ScanBudget): key, topic or error text always; stream or
+// creation time unless the status is a backlog one, whose partial indexes lead with
+// the stream and hold few rows.
 func (q MessageQuery) Scans() bool {
-	return q.Key != "" || q.Topic != "" || q.Error != ""
+	switch q.Status {
+	case "pending", "leased", "failed", "expired":
+		return q.Key != "" || q.Topic != "" || q.Error != ""
+	}
+	return q.Key != "" || q.Topic != "" || q.Error != "" || q.Stream != "" || q.Since != "" || q.Until != ""
 }
 
 // Check refuses a query ListMessages would refuse, naming every problem.
