@@ -111,6 +111,8 @@ func TestEveryConsoleStatementIsIndexBackedOnAMillionRows(t *testing.T) {
 				{"a chunk of a filtered requeue", requeue(RequeueFilter{Stream: "s1", Topic: "t4", AfterID: 10, Limit: 1000})},
 				{"the streams sample", statement{s.sql.backlog, []any{[]string{"s0", "s1", "s2"}}}},
 				{"the blocked keys", statement{render(blockedSQL, s.table), []any{[]string{"s0", "s1", "s2"}}}},
+				{"the unserved streams", statement{render(unservedSQL, s.table), []any{[]string{"s0"}, 1 + MaxUnservedStreams}}},
+				{"the streams with a backlog", statement{s.inspectSQL(streamsSQL), nil}},
 				{"a message opened", statement{s.inspectSQL(getMessageSQL), []any{int64(500000), 4096}}},
 			} {
 				t.Run(c.name, func(t *testing.T) {

@@ -148,6 +148,9 @@ type outboxStats struct {
 type streamRow struct {
 	ops.StreamStats
 	T Throughput
+	// FlowsOn names the session holding the stream's flow lock (the replica flowing
+	// it), or is empty.
+	FlowsOn string
 }
 
 func (c *console) sample(ctx context.Context) []outboxStats {
@@ -169,8 +172,18 @@ func (c *console) sample(ctx context.Context) []outboxStats {
 			os.Error = err.Error()
 		}
 		os.Table, os.Activity = st.Table, o.Activity != nil
+		flows := map[string]string{}
+		holders, err := ops.New(o.Store, c.now).Holders(ctx, o.Streams)
+		if err != nil {
+			c.log.Warn("console lock holders failed", "outbox", o.Name, "err", err)
+		}
+		for _, h := range holders {
+			for _, st := range h.Flows {
+				flows[st] = h.Label()
+			}
+		}
 		for _, ss := range st.Streams {
-			row := streamRow{StreamStats: ss}
+			row := streamRow{StreamStats: ss, FlowsOn: flows[ss.Stream]}
 			if o.Activity != nil {
 				row.T = o.Activity.Of(ss.Stream)
 			}

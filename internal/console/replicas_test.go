@@ -66,4 +66,7 @@ func TestTheReplicasPageShowsWhoHoldsTheJanitorAndFlowLocks(t *testing.T) {
 		strings.Contains(p.body, "<script>x") || !strings.Contains(p.body, "<td>orders</td>") {
 		t.Errorf("the replicas page with the janitor and a flow lock held: %s", p.body)
 	}
+	if p := cl.get(t, "/ui/streams/table"); !strings.Contains(p.body, "<td>pid ") {
+		t.Errorf("the streams table does not name the session flowing orders: %s", p.body)
+	}
 }

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -43,4 +44,15 @@ func (o *Ops) Holders(ctx context.Context, streams []Stream) ([]Holder, error) {
 		}
 	}
 	return out, nil
+}
+
+// Label names the session for a person: its application_name, else its pid and client.
+func (h Holder) Label() string {
+	if h.Application != "" {
+		return h.Application
+	}
+	if h.ClientAddr != "" {
+		return fmt.Sprintf("pid %d (%s)", h.PID, h.ClientAddr)
+	}
+	return fmt.Sprintf("pid %d", h.PID)
 }
