@@ -1,7 +1,8 @@
 // Package console is outboxd's web console for operators, served by `outboxd run` at
 // /ui/ on the admin address when http.ui is on or readonly: the streams at a glance,
-// a filtered message listing, one message opened, and the actions requeue, skip and
-// replay behind a confirmation that shows what they would change.
+// a filtered message listing, one message opened, the replicas at work, and the
+// actions requeue, skip and replay, of one message or of a filter's whole result,
+// behind a confirmation that shows what they would change.
 //
 // Invariants:
 //   - Every read and every action goes through internal/ops, the one implementation
