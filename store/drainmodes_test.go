@@ -127,7 +127,7 @@ func drainModes(b *testing.B, ctx context.Context, st *store.Store, held bool, w
 				var c store.Claim
 				var err error
 				if held {
-					c, err = st.ClaimHeld(ctx, "orders", batch, 30*time.Second)
+					c, err = st.ClaimHeld(ctx, "orders", batch, "bench", 30*time.Second)
 				} else {
 					c, err = st.Claim(ctx, "orders", batch, "bench", 30*time.Second)
 				}

@@ -50,21 +50,36 @@ FOR UPDATE SKIP LOCKED`
 // held turns a lease-checked write-back into the same write-back of a locked row: the
 // row is still pending (the claim wrote nothing) and locked by this transaction. The
 // token parameter stays, unused by the row check, so parameters keep their numbers.
+// now() is the transaction's start, the claim's time, which the publish follows by up
+// to publish_timeout: the write-backs take statement_timestamp() instead, the time the
+// outcome is written, as in lease mode (retry backoffs, published_at, delivery lags).
 func held(sql string) string {
 	const leased = `m.status = 'leased' AND m.lease_token = $2`
 	if !strings.Contains(sql, leased) {
 		panic("store: write-back without the lease check: " + sql)
 	}
-	return strings.ReplaceAll(sql, leased, `m.status = 'pending' AND $2::uuid IS NOT NULL`)
+	sql = strings.ReplaceAll(sql, leased, `m.status = 'pending' AND $2::uuid IS NOT NULL`)
+	return strings.ReplaceAll(sql, "now()", "statement_timestamp()")
 }
 
-// ClaimHeld locks up to limit available pending rows of stream, oldest availability
-// first, in a transaction that stays open on one of the pool's connections until Commit
+// heldAcknowledgement is held(ack) recording the claim's owner ($3) on each row it
+// acknowledges, as a lease claim records it: who delivered the row. A deletion keeps
+// nothing, so it only names the parameter.
+func heldAcknowledgement(ack string) string {
+	const set = `SET status = 'delivered',`
+	if strings.Contains(ack, set) {
+		return strings.Replace(held(ack), set, set+` owner = $3,`, 1)
+	}
+	return strings.Replace(held(ack), `$2::uuid IS NOT NULL`, `$2::uuid IS NOT NULL AND $3::text IS NOT NULL`, 1)
+}
+
+// ClaimHeld locks up to limit available pending rows of stream for owner (recorded on
+// the rows it acknowledges), oldest availability first, in a transaction that stays open on one of the pool's connections until Commit
 // or Rollback with the claim's token. The expiry sweep (expiry.go) runs first, in the
 // same transaction. ttl bounds the transaction: the server ends it, and so frees the
 // rows, once it has been idle that long. An empty claim holds nothing. A claim that
 // fails holds nothing either: its connection is closed, which rolls it back.
-func (s *Store) ClaimHeld(ctx context.Context, stream string, limit int, ttl time.Duration) (Claim, error) {
+func (s *Store) ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (Claim, error) {
 	if limit <= 0 {
 		return Claim{}, fmt.Errorf("claim %s: limit must be positive, got %d", stream, limit)
 	}
@@ -108,9 +123,9 @@ func (s *Store) ClaimHeld(ctx context.Context, stream string, limit int, ttl tim
 	}
 	s.heldMu.Lock()
 	if s.held == nil {
-		s.held = map[Token]*pgxpool.Conn{}
+		s.held = map[Token]heldClaim{}
 	}
-	s.held[c.Token] = conn
+	s.held[c.Token] = heldClaim{conn: conn, owner: owner}
 	s.heldMu.Unlock()
 	ok = true
 	return c, nil
@@ -166,20 +181,26 @@ func (s *Store) readClaimHeld(br pgx.BatchResults, stream string, limit int, c *
 // not made by ClaimHeld, or its transaction already ended.
 var ErrNotHeld = errors.New("no transaction holds this claim")
 
+// heldClaim is an open transaction of a held claim: its connection and its owner.
+type heldClaim struct {
+	conn  *pgxpool.Conn
+	owner string
+}
+
 // heldConn is the connection holding token's transaction, nil in lease mode.
 func (s *Store) heldConn(token Token) *pgxpool.Conn {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	return s.held[token]
+	return s.held[token].conn
 }
 
-// take removes token's transaction from the held ones and returns its connection.
-func (s *Store) take(token Token) *pgxpool.Conn {
+// take removes token's transaction from the held ones.
+func (s *Store) take(token Token) heldClaim {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	conn := s.held[token]
+	h := s.held[token]
 	delete(s.held, token)
-	return conn
+	return h
 }
 
 // Commit ends a held claim's transaction: it acknowledges acks (the broker confirmed
@@ -187,13 +208,14 @@ func (s *Store) take(token Token) *pgxpool.Conn {
 // On error nothing of the transaction is kept, unless the commit's answer was lost after
 // the server applied it; either way the connection is closed and no row stays locked.
 func (s *Store) Commit(ctx context.Context, token Token, acks []int64) (AckResult, error) {
-	conn := s.take(token)
+	h := s.take(token)
+	conn := h.conn
 	if conn == nil {
 		return AckResult{}, fmt.Errorf("commit %d rows in %s: %w", len(acks), s.table, ErrNotHeld)
 	}
 	b := &pgx.Batch{}
 	if len(acks) > 0 {
-		b.Queue(s.sql.heldAck, acks, token)
+		b.Queue(s.sql.heldAck, acks, token, h.owner)
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
@@ -244,7 +266,7 @@ func readAck(br pgx.BatchResults, n int) (AckResult, error) {
 // pending and unlocked as they were before the claim. It never fails: a rollback that
 // cannot be sent closes the connection, which rolls back too.
 func (s *Store) Rollback(ctx context.Context, token Token) {
-	conn := s.take(token)
+	conn := s.take(token).conn
 	if conn == nil {
 		return
 	}

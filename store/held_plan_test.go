@@ -60,7 +60,7 @@ func TestTransactionModeStatementsWalkOnlyPendingRowsBeside1MDelivered(t *testin
 		{"lease claim", s.sql.claim, []any{"orders", 100, token, "o", int64(30000), int64(0)}},
 		{"lease ack", s.sql.ack, []any{pending, token}},
 		{"transaction claim", s.sql.heldClaim, []any{"orders", 100, int64(30000), int64(0)}},
-		{"transaction ack", s.sql.heldAck, []any{pending, token}},
+		{"transaction ack", s.sql.heldAck, []any{pending, token, "o"}},
 		{"transaction retry", s.sql.heldRetry, []any{pending, token, make([]int64, len(pending)), make([]string, len(pending))}},
 		{"expiry sweep", s.sql.expire, []any{"orders", int64(0), 1000, "0s"}},
 	} {

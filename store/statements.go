@@ -39,7 +39,7 @@ func newStatements(n table.Name) statements {
 		backlog:           render(backlogSQL, n),
 
 		heldClaim: render(renderLive(heldClaimSQL, "$4"), n),
-		heldAck:   render(held(ackSQL), n),
+		heldAck:   render(heldAcknowledgement(ackSQL), n),
 		heldRetry: render(held(retrySQL), n),
 		heldDefer: render(held(deferSQL), n),
 		heldFail:  render(held(failSQL), n),

@@ -125,7 +125,7 @@ type Store struct {
 	ttl      map[string]time.Duration // per stream; absent: none (WithTTL)
 
 	heldMu sync.Mutex
-	held   map[Token]*pgxpool.Conn // open transactions of held claims (held.go)
+	held   map[Token]heldClaim // open transactions of held claims (held.go)
 }
 
 // New returns a Store for the outbox table n, reached through pool.
@@ -156,7 +156,7 @@ type Option func(*Store)
 func WithAckByDelete() Option {
 	return func(s *Store) {
 		s.sql.ack, s.sql.ackAgain = render(ackDeleteSQL, s.table), ""
-		s.sql.heldAck = render(held(ackDeleteSQL), s.table)
+		s.sql.heldAck = render(heldAcknowledgement(ackDeleteSQL), s.table)
 	}
 }
 
@@ -213,8 +213,16 @@ func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (AckResult, e
 	if len(ids) == 0 {
 		return AckResult{}, nil
 	}
-	q, sql := s.on(token, s.sql.ack, s.sql.heldAck)
-	rows, err := q.Query(ctx, sql, ids, token)
+	s.heldMu.Lock()
+	h := s.held[token]
+	s.heldMu.Unlock()
+	var rows pgx.Rows
+	var err error
+	if h.conn != nil {
+		rows, err = h.conn.Query(ctx, s.sql.heldAck, ids, token, h.owner)
+	} else {
+		rows, err = s.pool.Query(ctx, s.sql.ack, ids, token)
+	}
 	if err != nil {
 		return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
 	}
