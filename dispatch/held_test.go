@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/router/discard"
 )
 
 // Transaction mode on one table with a lease-mode pipeline beside it: broker refusals
@@ -180,4 +182,22 @@ func TestTransactionModeShutdownHandsEveryUnpublishedRowBack(t *testing.T) {
 	second := newFakePublisher(nil)
 	run(t, pipeline(t, f, dispatch.PipelineConfig{Owner: "second", BatchSize: 100, Transaction: true}, second, nil))
 	waitFor(t, 30*time.Second, "the second instance delivering the rest", func() bool { return f.counts(t)["delivered"] == total })
+}
+
+// An ordered stream's claim relies on leased heads (store/ordered.go): a pipeline that
+// would hold its claims in a transaction is refused, never run out of order.
+func TestPipelineConfigRefusesAnOrderedStreamInTransactionMode(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d, err := discard.New("d", discard.Options{}, nil)
+	must(t, err)
+	rt, err := router.New([]router.Route{{Stream: "s", DriverName: "d", Driver: d}})
+	must(t, err)
+	pub, err := rt.Publisher("s") // publishes in key order
+	must(t, err)
+	_, err = dispatch.NewPipeline(dispatch.PipelineConfig{Stream: "s", Owner: "o", Ordered: true, Transaction: true},
+		f.store, pub, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "an ordered stream claims by lease") {
+		t.Fatalf("err = %v", err)
+	}
 }

@@ -41,7 +41,7 @@ type Store interface {
 	TryFlow(ctx context.Context, stream string) (*store.Lock, error)
 	// ClaimHeld claims as Claim, by row locks in a transaction that Commit or Rollback
 	// ends (transaction mode, held.go); the write-backs above run in it.
-	ClaimHeld(ctx context.Context, stream string, limit int, ttl time.Duration) (store.Claim, error)
+	ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
 	Commit(ctx context.Context, token store.Token, acks []int64) (store.AckResult, error)
 	Rollback(ctx context.Context, token store.Token)
 }
@@ -395,7 +395,7 @@ func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
 	case p.ordered != nil:
 		c, err = p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
 	case p.cfg.Transaction:
-		c, err = p.store.ClaimHeld(ctx, p.cfg.Stream, limit, p.cfg.LeaseTTL)
+		c, err = p.store.ClaimHeld(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
 	default:
 		c, err = p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
 	}
