@@ -14,6 +14,10 @@ type statements struct {
 	versionTableExists, schemaVersion                    string
 	reclaim, purge, backlog                              string
 	expire, purgeExpired                                 string
+
+	// Transaction mode (held.go): the claim takes row locks instead of leases, and
+	// the write-backs run in the claim's transaction.
+	heldClaim, heldAck, heldRetry, heldDefer, heldFail string
 }
 
 func newStatements(n table.Name) statements {
@@ -33,6 +37,12 @@ func newStatements(n table.Name) statements {
 		purge:             strings.ReplaceAll(render(purgeSQL, n), "{{purged}}", n.Derived("purged")),
 		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
+
+		heldClaim: render(renderLive(heldClaimSQL, "$4"), n),
+		heldAck:   render(heldAcknowledgement(ackSQL), n),
+		heldRetry: render(held(retrySQL), n),
+		heldDefer: render(held(deferSQL), n),
+		heldFail:  render(held(failSQL), n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
 		schemaVersion: `SELECT version, dirty FROM ` + n.QualifiedMigrationsTable() +

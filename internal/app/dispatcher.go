@@ -266,7 +266,7 @@ func pipelineConfig(name string, s config.Stream, replica string) dispatch.Pipel
 		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
 		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,
 		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer, Ordered: s.Ordered, NoFlow: !s.Flow,
-		FlowRate: s.FlowRate,
+		FlowRate: s.FlowRate, Transaction: s.ClaimInTransaction(),
 	}
 }
 
