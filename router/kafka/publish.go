@@ -146,7 +146,7 @@ func (c *publishCall) send(idx []int) {
 		sub[j] = c.batch[i]
 		topics[j] = c.msgs[i].Topic
 	}
-	err := c.d.writer.WriteMessages(c.wctx, sub...)
+	err := c.d.writerFor(len(c.msgs)).WriteMessages(c.wctx, sub...)
 	var each kafka.WriteErrors
 	if err == nil || errors.As(err, &each) {
 		for j, e := range spread(err, topics) {

@@ -491,43 +491,61 @@ func TestAMessageWithoutATopicFailsAlone(t *testing.T) {
 
 func TestOnePublishIsOneProduceRequestPerPartition(t *testing.T) {
 	t.Parallel()
-	const partitions = 3
-	k := testenv.NewKafka(t, partitions, "events")
-	d := newDriver(t, testConfig(k.Addr()))
-	var mu sync.Mutex
-	requests := map[int32]int{} // partition → produce requests
-	k.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Cluster().KeepControl()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
-			for _, rp := range rt.Partitions {
-				requests[rp.Partition]++
+	spread := make([]string, 40)
+	for i := range spread {
+		spread[i] = "key-" + strconv.Itoa(i)
+	}
+	// Publishes of up to smallBatchMessages go through the small writer, larger ones
+	// through the large one; at either side of the line one call is one request.
+	cases := []struct {
+		name     string
+		messages int
+		keys     []string
+	}{
+		{"a default claim on one key fills one request", 100, []string{"hot"}},
+		{"a claim as large as the small writer's batch on one key fills one request", smallBatchMessages, []string{"hot"}},
+		{"a claim just above the small writer's batch on one key fills one request", smallBatchMessages + 1, []string{"hot"}},
+		{"a claim of 600 on one key fills one request", 600, []string{"hot"}},
+		{"a claim of 200 over 40 keys is one request per partition", 200, spread},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const partitions = 3
+			k := testenv.NewKafka(t, partitions, "events")
+			d := newDriver(t, testConfig(k.Addr()))
+			var mu sync.Mutex
+			requests := map[int32]int{} // partition → produce requests
+			k.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				k.Cluster().KeepControl()
+				mu.Lock()
+				defer mu.Unlock()
+				for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+					for _, rp := range rt.Partitions {
+						requests[rp.Partition]++
+					}
+				}
+				return nil, nil, false // only counting
+			})
+			const calls = 3
+			for range calls {
+				for i, err := range d.Publish(testCtx(t), numbered("events", tc.messages, tc.keys...)) {
+					if err != nil {
+						t.Fatalf("message %d: %v", i, err)
+					}
+				}
 			}
-		}
-		return nil, nil, false // only counting
-	})
-	keys := make([]string, 40)
-	for i := range keys {
-		keys[i] = "key-" + strconv.Itoa(i)
-	}
-	const calls = 5
-	for range calls {
-		for i, err := range d.Publish(testCtx(t), numbered("events", 200, keys...)) {
-			if err != nil {
-				t.Fatalf("message %d: %v", i, err)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(tc.keys) > 1 && len(requests) != partitions {
+				t.Fatalf("requests per partition %v; want all %d partitions used", requests, partitions)
 			}
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(requests) != partitions {
-		t.Fatalf("requests per partition %v; want all %d partitions used", requests, partitions)
-	}
-	for p, n := range requests {
-		if n != calls {
-			t.Fatalf("partition %d got %d produce requests for %d publishes, want one each (all: %v)", p, n, calls, requests)
-		}
+			for p, n := range requests {
+				if n != calls {
+					t.Fatalf("partition %d got %d produce requests for %d publishes, want one each (all: %v)", p, n, calls, requests)
+				}
+			}
+		})
 	}
 }
 
