@@ -203,7 +203,7 @@ func TestAMessageAboveTheRequestLimitFailsAloneWithoutBeingSent(t *testing.T) {
 	msgs := numbered("big", 6, "a", "b", "c")
 	sized := func(i, size int) {
 		msgs[i].Payload = nil
-		base := requestSize(ptr(message(&msgs[i], nil)))
+		base := requestSize(ptr(message(&msgs[i], nil, nil)))
 		msgs[i].Payload = bytes.Repeat([]byte{'z'}, size-base)
 	}
 	sized(over, maxRequestBytes+1)
@@ -461,7 +461,7 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 		Headers: map[string]string{
 			"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed", router.HeaderMessageID: "spoofed",
 		}}
-	got := message(&m, nil).Headers
+	got := message(&m, nil, nil).Headers
 	want := []kafka.Header{
 		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")},
 		{Key: router.HeaderID, Value: []byte("42")}, {Key: router.HeaderStream, Value: []byte("orders")},
@@ -474,6 +474,37 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 		if got[i].Key != want[i].Key || !bytes.Equal(got[i].Value, want[i].Value) {
 			t.Fatalf("header %d is %s=%s, want %s=%s", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
 		}
+	}
+}
+
+func TestEachMessageCarriesItsOwnStreamAndMessageIDWhateverItsCallShares(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		m          router.Message
+		shared     []byte // the stream bytes the call holds from an earlier message
+		stream, id string
+	}{
+		{"a message of the stream the call holds shares its bytes",
+			router.Message{ID: 7, Stream: "orders"}, []byte("orders"), "orders", "7"},
+		{"a message of another stream than the call holds carries its own",
+			router.Message{ID: 7, Stream: "payments"}, []byte("orders"), "payments", "7"},
+		{"a message with a producer's message id carries that id",
+			router.Message{ID: 7, Stream: "orders", MessageID: "order-7"}, []byte("orders"), "orders", "order-7"},
+		{"a message with a row's de-duplication id carries that id",
+			router.Message{ID: 7, Stream: "orders", RowDedupID: "6f1c2a56"}, nil, "orders", "6f1c2a56"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := map[string]string{}
+			for _, h := range message(&tc.m, nil, tc.shared).Headers {
+				got[h.Key] = string(h.Value)
+			}
+			if got[router.HeaderStream] != tc.stream || got[router.HeaderMessageID] != tc.id || got[router.HeaderID] != "7" {
+				t.Fatalf("headers %v; want stream %q, message id %q, outbox id 7", got, tc.stream, tc.id)
+			}
+		})
 	}
 }
 
