@@ -155,6 +155,11 @@ type Stream struct {
 	// Ordered delivers the messages that share a key in the order they were inserted
 	// (docs/ordering.md).
 	Ordered bool `yaml:"ordered"`
+	// Claim is how a pipeline holds the rows it publishes: ClaimLease writes a lease on
+	// them, ClaimTransaction locks them in a transaction that stays open while the batch
+	// is published (docs/contract.md); ClaimAuto is transaction, or lease for an ordered
+	// stream, which claims by lease only.
+	Claim string `yaml:"claim"`
 	// Flow lets the stream's pipeline poll every millisecond while producers notify it
 	// more than FlowRate times a second, holding a lock that stops their inserts from
 	// notifying, which PostgreSQL would commit one at a time (dispatch/flow.go).
@@ -171,6 +176,19 @@ type Stream struct {
 	// FormatCloudEvents as CloudEvents in binary content mode (docs/contract.md).
 	Format      string      `yaml:"format"`
 	CloudEvents CloudEvents `yaml:"cloudevents"`
+}
+
+// The ways a stream may claim rows (Stream.Claim).
+const (
+	ClaimAuto        = "auto"
+	ClaimLease       = "lease"
+	ClaimTransaction = "transaction"
+)
+
+// ClaimInTransaction reports whether the stream claims by row locks held in a
+// transaction (Claim, after ClaimAuto is resolved).
+func (s Stream) ClaimInTransaction() bool {
+	return s.Claim == ClaimTransaction || (s.Claim == ClaimAuto && !s.Ordered)
 }
 
 // The formats a stream may publish in.
@@ -300,6 +318,7 @@ func DefaultStream() Stream {
 		Flow:           true,
 		FlowRate:       500,
 		Format:         FormatRaw,
+		Claim:          ClaimAuto,
 	}
 }
 

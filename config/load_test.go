@@ -63,7 +63,7 @@ func TestDefaultStreamAndDriversCarryTheDocumentedDefaults(t *testing.T) {
 	s := DefaultStream()
 	want := Stream{BatchSize: 100, Concurrency: 2, PollInterval: time.Second, LeaseTTL: 30 * time.Second,
 		PublishTimeout: 10 * time.Second, BackoffInitial: time.Second, BackoffMax: 5 * time.Minute, MaxAttempts: 10, Flow: true, FlowRate: 500,
-		Format: FormatRaw}
+		Format: FormatRaw, Claim: ClaimAuto}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("DefaultStream() = %+v, want %+v", s, want)
 	}

@@ -137,6 +137,10 @@ func (v *checker) stream(key, name string, s Stream, drivers map[string]Driver, 
 	}
 	v.deadLetterCollision(k("dead_letter.topic"), s.DeadLetter, streams, drivers)
 	v.format(key, s)
+	v.OneOf(k("claim"), s.Claim, ClaimAuto, ClaimLease, ClaimTransaction)
+	if s.Ordered && s.Claim == ClaimTransaction {
+		v.Add(k("claim"), "must be lease or auto for an ordered stream (ordered: true): its keys are held by leases; got transaction")
+	}
 	if rules, ok := drivers[s.Driver].Options.(router.RouteRules); ok {
 		if msg := rules.CheckPrefix(s.Driver, s.TopicPrefix); msg != "" {
 			v.Add(k("topic_prefix"), "%s", msg)

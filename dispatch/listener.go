@@ -12,6 +12,9 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
+// ListenConnectTimeout bounds opening the listening connection.
+const ListenConnectTimeout = 10 * time.Second
+
 // Waker is woken when its stream has news.
 type Waker interface {
 	Stream() string
@@ -37,6 +40,11 @@ type ListenerConfig struct {
 	// Keepalive is how long a quiet connection waits before it is pinged, so that a
 	// connection that died silently is noticed (30s).
 	Keepalive time.Duration
+	// Early, when set, delivers one connection already listening (nil if opening it
+	// failed), opened while the dispatcher was being built so that readiness does not
+	// wait for it; the first session takes it instead of connecting. Run closes it if
+	// it stops before a session took it.
+	Early <-chan *store.Notifications
 	// Connected, when set, is called after each (re)connect instead of waking every
 	// pipeline: the shared poll (Poller.Kick) then finds the streams whose notifications
 	// may have been lost, without a claim per stream.
@@ -85,18 +93,38 @@ func (l *Listener) Run(ctx context.Context) error {
 		}
 	}
 	l.connected.Store(false)
+	if conn := l.early(); conn != nil {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}
 	return nil
+}
+
+// early takes the connection of ListenerConfig.Early, once: nil when there is none, it
+// failed, or it was taken already.
+func (l *Listener) early() *store.Notifications {
+	if l.cfg.Early == nil {
+		return nil
+	}
+	conn := <-l.cfg.Early
+	l.cfg.Early = nil
+	return conn
 }
 
 // session connects, listens and wakes pipelines until the connection fails or ctx ends.
 // The connection is closed only here, after Wait has returned: closing
 // it under a waiting goroutine would race.
 func (l *Listener) session(ctx context.Context) error {
-	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := store.Listen(connectCtx, l.cfg.Listen)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("listener: %w", err)
+	conn := l.early()
+	if conn == nil {
+		connectCtx, cancel := context.WithTimeout(ctx, ListenConnectTimeout)
+		var err error
+		conn, err = store.Listen(connectCtx, l.cfg.Listen)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("listener: %w", err)
+		}
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -110,3 +110,56 @@ func TestWithAOneMinutePollANotifiedRowIsDeliveredInSecondsEvenAfterTheListenerI
 	})
 	deliver("after the listener's connection was killed")
 }
+
+func TestAListenerTakesTheConnectionOpenedAheadOfItInsteadOfConnecting(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	good, err := pgx.ParseConfig(f.pg.DSN)
+	must(t, err)
+	conn, err := store.Listen(context.Background(), store.ListenConfig{Conn: good, Table: f.pg.Table})
+	must(t, err)
+	// Its own connection could never open: only the one opened ahead can listen.
+	nowhere, err := pgx.ParseConfig("postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	must(t, err)
+	early := make(chan *store.Notifications, 1)
+	early <- conn
+	a := &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}
+	rec := newRecorder()
+	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: nowhere, Table: f.pg.Table}, Early: early},
+		[]dispatch.Waker{a}, rec, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	rec.await(t, 10*time.Second, "the listener connecting", func(e events.Event) bool {
+		s, ok := e.(events.ListenerState)
+		return ok && s.Connected
+	})
+	<-a.woken // on connect
+	f.insert(t, "a", 1)
+	select {
+	case <-a.woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the insert did not wake its stream through the connection opened ahead")
+	}
+}
+
+func TestAListenerStoppedBeforeItsFirstSessionClosesTheConnectionOpenedAhead(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cfg, err := pgx.ParseConfig(f.pg.DSN)
+	must(t, err)
+	listen := store.ListenConfig{Conn: cfg, Table: f.pg.Table}
+	conn, err := store.Listen(context.Background(), listen)
+	must(t, err)
+	early := make(chan *store.Notifications, 1)
+	early <- conn
+	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early}, nil, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // stopped before it began
+	_ = l.Run(ctx)
+	if err := conn.Ping(context.Background()); err == nil {
+		_ = conn.Close(context.Background())
+		t.Fatal("the connection opened ahead is still open after the listener stopped")
+	}
+}

@@ -67,7 +67,12 @@ func (p *Pipeline) process(ctx, hard context.Context, claim store.Claim, claimTi
 	}
 
 	start = p.now()
-	ev := p.writeBack(ctx, claim, o)
+	var ev events.Iteration
+	if p.cfg.Transaction {
+		ev = p.writeBackHeld(ctx, claim, o)
+	} else {
+		ev = p.writeBack(ctx, claim, o)
+	}
 	ev.Claim, ev.Publish, ev.WriteBack = claimTime, publishTime, p.now().Sub(start)
 	ev.Stream, ev.Claimed = p.cfg.Stream, len(claim.Messages)
 	ev.Duplicates = int(duplicates.Load())

@@ -2,10 +2,12 @@
 // and writes back, the listener that wakes pipelines, and their circuit breakers.
 //
 // Invariants: a row is acknowledged only after the broker confirmed it; every
-// write-back presents the lease token of its claim; a message that never reached the
-// broker costs no attempt; and at shutdown every lease not published is handed back so
-// another replica can take the rows at once. Notifications only shorten waits: polling
-// alone delivers everything.
+// write-back presents the lease token of its claim, or, for a claim held in a
+// transaction (PipelineConfig.Transaction), runs in that transaction, which commits
+// only once every outcome is written (held.go); a message that never reached the
+// broker costs no attempt; and at shutdown every row not published is handed back (its
+// lease released, or its lock with the transaction's end) so another replica can take
+// the rows at once. Notifications only shorten waits: polling alone delivers everything.
 //
 // Package dispatch is internal to outboxd, with no compatibility promise: its exported
 // names serve outboxd's own packages and may change in any release.
@@ -37,6 +39,11 @@ type Store interface {
 	Release(ctx context.Context, token store.Token, ids []int64) (store.WriteResult, error)
 	// TryFlow takes the stream's flow lock (flow.go), nil when another session holds it.
 	TryFlow(ctx context.Context, stream string) (*store.Lock, error)
+	// ClaimHeld claims as Claim, by row locks in a transaction that Commit or Rollback
+	// ends (transaction mode, held.go); the write-backs above run in it.
+	ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
+	Commit(ctx context.Context, token store.Token, acks []int64) (store.AckResult, error)
+	Rollback(ctx context.Context, token store.Token)
 }
 
 // Publisher is what a pipeline needs from the router (router.Publisher): one error per
@@ -96,6 +103,11 @@ type PipelineConfig struct {
 	// FlowRate is how many notifications a second for the stream start a flow
 	// (DefaultFlowRate).
 	FlowRate int
+	// Transaction holds each claim as row locks in a transaction that stays open while
+	// the batch is published and commits its write-backs (streams.<name>.claim:
+	// transaction, docs/contract.md); otherwise claims are leases. Not for ordered
+	// streams.
+	Transaction bool
 	// Polled says a Poller watches the stream: parked and not woken, the pipeline then
 	// waits polledBackstop instead of PollInterval, and the Poller wakes it when its
 	// stream has rows to claim or to expire. It starts parked too, so that a thousand
@@ -141,6 +153,8 @@ func (c *PipelineConfig) defaults() error {
 		return fmt.Errorf("pipeline %s: batch size, concurrency and max attempts must be positive", c.Stream)
 	case c.LeaseTTL <= c.PublishTimeout:
 		return fmt.Errorf("pipeline %s: lease TTL %s must exceed the publish timeout %s", c.Stream, c.LeaseTTL, c.PublishTimeout)
+	case c.Transaction && c.Ordered:
+		return fmt.Errorf("pipeline %s: an ordered stream claims by lease, not in a transaction", c.Stream)
 	}
 	return nil
 }
@@ -398,9 +412,12 @@ func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
 	defer cancel()
 	var c store.Claim
 	var err error
-	if p.ordered != nil {
+	switch {
+	case p.ordered != nil:
 		c, err = p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
-	} else {
+	case p.cfg.Transaction:
+		c, err = p.store.ClaimHeld(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+	default:
 		c, err = p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
 	}
 	p.reportExpired(c.Expired)

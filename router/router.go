@@ -268,7 +268,11 @@ func (p *Publisher) destined(msgs []Message) (out []Message, bad []error) {
 	out = make([]Message, len(msgs))
 	for i := range msgs {
 		out[i] = msgs[i]
-		out[i].Topic = p.prefix + msgs[i].Topic
+		if i > 0 && msgs[i].Topic == msgs[i-1].Topic {
+			out[i].Topic = out[i-1].Topic // one string for a batch's run of one topic
+		} else {
+			out[i].Topic = p.prefix + msgs[i].Topic
+		}
 		if p.events == nil {
 			continue
 		}

@@ -47,6 +47,8 @@ type MessageFilter struct {
 	Until  time.Time // created_at < Until
 	// AfterID is the keyset cursor: only rows with a greater id are listed.
 	AfterID int64
+	// ToID bounds the ids from above: id <= ToID; zero: no bound.
+	ToID int64
 	// Limit is the page size, 1 to MaxListLimit.
 	Limit int
 }
@@ -83,6 +85,11 @@ type RequeueFilter struct {
 	AfterID int64
 	// Limit is how many rows to requeue at most, 1 to MaxRequeueBatch.
 	Limit int
+	// ToID bounds the ids from above (id <= ToID); Key and Topic match exactly;
+	// ErrorContains is a case-insensitive substring of last_error. Zero: no filter.
+	// The failed index (stream, id) bounds the walk; these only drop rows from it.
+	ToID                      int64
+	Key, Topic, ErrorContains string
 }
 
 // RequeueResult reports one bounded requeue.
@@ -109,6 +116,8 @@ func (f MessageFilter) check() error {
 		return fmt.Errorf("limit must be between 1 and %d, got %d", MaxListLimit, f.Limit)
 	case f.AfterID < 0:
 		return fmt.Errorf("cursor id must not be negative, got %d", f.AfterID)
+	case f.ToID < 0:
+		return fmt.Errorf("highest id must not be negative, got %d", f.ToID)
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
 		return fmt.Errorf("until (%s) must be after since (%s)", f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
 	}
@@ -123,6 +132,8 @@ func (f RequeueFilter) check() error {
 		return fmt.Errorf("limit must be between 1 and %d, got %d", MaxRequeueBatch, f.Limit)
 	case f.AfterID < 0:
 		return fmt.Errorf("after id must not be negative, got %d", f.AfterID)
+	case f.ToID < 0:
+		return fmt.Errorf("highest id must not be negative, got %d", f.ToID)
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
 		return fmt.Errorf("until (%s) must be after since (%s)", f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
 	}
@@ -148,7 +159,7 @@ func renderInspect(sql string, n table.Name) string {
 // makes successive pages disjoint. The payload is never read: octet_length takes a
 // bytea's size from its header without decompressing or fetching it from TOAST.
 // Parameters: $1 after id, $2 status, $3 stream, $4 since, $5 until (NULL: no filter),
-// $6 limit.
+// $6 limit, $7 highest id (NULL: no bound).
 const listSQL = `
 SELECT id, stream, topic, coalesce(key, ''), status, attempts, coalesce(last_error, ''),
        created_at, available_at, published_at, deferred_since, coalesce(owner, ''),
@@ -159,6 +170,7 @@ WHERE id > $1
   AND ($3::text IS NULL OR stream = $3::text)
   AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
   AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+  AND ($7::bigint IS NULL OR id <= $7::bigint)
 ORDER BY id
 LIMIT $6`
 
@@ -177,6 +189,7 @@ WITH matching AS MATERIALIZED (
       AND ($3::text IS NULL OR stream = $3::text)
       AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
       AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+      AND ($7::bigint IS NULL OR id <= $7::bigint)
 )
 SELECT id, stream, topic, coalesce(key, ''), status, attempts, coalesce(last_error, ''),
        created_at, available_at, published_at, deferred_since, coalesce(owner, ''),
@@ -196,28 +209,41 @@ const requeueIDsSQL = `SELECT {{requeue}}($1::bigint[])`
 // returns the count and the chunk's highest selected id. Concurrency: the selection
 // takes no locks; the requeue function re-checks status = 'failed' under the row lock,
 // so a row requeued concurrently by someone else is skipped, not counted twice. The
-// selection walks the failed index (stream, id). picked is referenced twice, so it is
-// materialised once and both uses see the same ids.
-// Parameters: $1 stream, $2 since, $3 until (NULL: no bound), $4 after id, $5 limit.
+// selection walks the failed index (stream, id); the filters no index covers (key,
+// topic, error text) drop rows from that walk, whose cost is the stream's failed rows
+// at most. picked is referenced twice, so it is materialised once and both uses see
+// the same ids.
+// Parameters: $1 stream, $2 since, $3 until (NULL: no bound), $4 after id, $5 limit,
+// $6 highest id, $7 key, $8 topic, $9 error text (NULL: no filter).
 const requeueFailedSQL = `
 WITH picked AS (
     SELECT id FROM {{table}}
     WHERE status = 'failed' AND stream = $1::text AND id > $4
       AND ($2::timestamptz IS NULL OR created_at >= $2::timestamptz)
       AND ($3::timestamptz IS NULL OR created_at < $3::timestamptz)
+      AND ($6::bigint IS NULL OR id <= $6::bigint)
+      AND ($7::text IS NULL OR key = $7::text)
+      AND ($8::text IS NULL OR topic = $8::text)
+      AND ($9::text IS NULL OR strpos(lower(last_error), lower($9::text)) > 0)
     ORDER BY id
     LIMIT $5
 )
 SELECT {{requeue}}(array(SELECT id FROM picked)), coalesce((SELECT max(id) FROM picked), 0)`
 
 // countFailedSQL counts a stream's failed rows matching a requeue filter, for a bulk
-// requeue's progress display. A plain read from the failed index; no locks.
-// Parameters: $1 stream, $2 since, $3 until (NULL: no bound).
+// requeue's progress display and the console's confirmation. A plain read from the
+// failed index; no locks.
+// Parameters: $1 stream, $2 since, $3 until (NULL: no bound), $4 after id, $5 highest
+// id, $6 key, $7 topic, $8 error text (NULL: no filter).
 const countFailedSQL = `
 SELECT count(*) FROM {{table}}
-WHERE status = 'failed' AND stream = $1::text
+WHERE status = 'failed' AND stream = $1::text AND id > $4
   AND ($2::timestamptz IS NULL OR created_at >= $2::timestamptz)
-  AND ($3::timestamptz IS NULL OR created_at < $3::timestamptz)`
+  AND ($3::timestamptz IS NULL OR created_at < $3::timestamptz)
+  AND ($5::bigint IS NULL OR id <= $5::bigint)
+  AND ($6::text IS NULL OR key = $6::text)
+  AND ($7::text IS NULL OR topic = $7::text)
+  AND ($8::text IS NULL OR strpos(lower(last_error), lower($8::text)) > 0)`
 
 // streamsSQL lists the streams that have pending, leased or failed rows. Each half is a
 // skip scan: a recursive CTE takes the next stream greater than the last one from the
@@ -262,6 +288,16 @@ func nullableTime(t time.Time) any {
 	return t
 }
 
+// listStatement returns the statement ListMessages runs for f, and its arguments.
+func (s *Store) listStatement(f MessageFilter) (string, []any) {
+	sql := listSQL
+	if backlogStatus(f.Status) {
+		sql = listBacklogSQL
+	}
+	return s.inspectSQL(sql), []any{pgx.QueryExecModeExec,
+		f.AfterID, nullable(f.Status), nullable(f.Stream), nullableTime(f.Since), nullableTime(f.Until), f.Limit, nullable(f.ToID)}
+}
+
 // ListMessages returns one page of rows matching f, in id order. The next page is the
 // one with AfterID set to the last id returned; a page shorter than the limit is the
 // last.
@@ -269,12 +305,8 @@ func (s *Store) ListMessages(ctx context.Context, f MessageFilter) ([]MessageSum
 	if err := f.check(); err != nil {
 		return nil, fmt.Errorf("list messages in %s: %w", s.table, err)
 	}
-	sql := listSQL
-	if f.Status == "pending" || f.Status == "leased" || f.Status == "failed" || f.Status == "expired" {
-		sql = listBacklogSQL
-	}
-	rows, err := s.pool.Query(ctx, s.inspectSQL(sql), pgx.QueryExecModeExec,
-		f.AfterID, nullable(f.Status), nullable(f.Stream), nullableTime(f.Since), nullableTime(f.Until), f.Limit)
+	sql, args := s.listStatement(f)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list messages in %s: %w", s.table, err)
 	}
@@ -329,23 +361,37 @@ func (s *Store) RequeueFailed(ctx context.Context, f RequeueFilter) (RequeueResu
 		return RequeueResult{}, fmt.Errorf("requeue failed messages in %s: %w", s.table, err)
 	}
 	var r RequeueResult
-	err := s.pool.QueryRow(ctx, s.inspectSQL(requeueFailedSQL), pgx.QueryExecModeExec,
-		f.Stream, nullableTime(f.Since), nullableTime(f.Until), f.AfterID, f.Limit).Scan(&r.Requeued, &r.LastID)
+	sql, args := s.requeueStatement(f)
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&r.Requeued, &r.LastID)
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("requeue failed messages of %s in %s: %w", f.Stream, s.table, err)
 	}
 	return r, nil
 }
 
-// CountFailed counts the failed rows a requeue filter selects, ignoring its AfterID
-// and Limit.
+// requeueStatement returns the statement RequeueFailed runs for f, and its arguments.
+func (s *Store) requeueStatement(f RequeueFilter) (string, []any) {
+	return s.inspectSQL(requeueFailedSQL), []any{pgx.QueryExecModeExec,
+		f.Stream, nullableTime(f.Since), nullableTime(f.Until), f.AfterID, f.Limit,
+		nullable(f.ToID), nullable(f.Key), nullable(f.Topic), nullable(f.ErrorContains)}
+}
+
+// countStatement returns the statement CountFailed runs for f, and its arguments.
+func (s *Store) countStatement(f RequeueFilter) (string, []any) {
+	return s.inspectSQL(countFailedSQL), []any{pgx.QueryExecModeExec,
+		f.Stream, nullableTime(f.Since), nullableTime(f.Until), f.AfterID,
+		nullable(f.ToID), nullable(f.Key), nullable(f.Topic), nullable(f.ErrorContains)}
+}
+
+// CountFailed counts the failed rows a requeue filter selects after its AfterID,
+// ignoring its Limit.
 func (s *Store) CountFailed(ctx context.Context, f RequeueFilter) (int64, error) {
 	if f.Stream == "" {
 		return 0, fmt.Errorf("count failed messages in %s: a stream is required", s.table)
 	}
 	var n int64
-	err := s.pool.QueryRow(ctx, s.inspectSQL(countFailedSQL), pgx.QueryExecModeExec,
-		f.Stream, nullableTime(f.Since), nullableTime(f.Until)).Scan(&n)
+	sql, args := s.countStatement(f)
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count failed messages of %s in %s: %w", f.Stream, s.table, err)
 	}

@@ -1,9 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
-
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,12 +40,16 @@ func BehindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
 			}
 		}
 	}()
+	// Both connect at once: the probe sits on the way to readiness, and a connection's
+	// handshake (TLS included) is most of its cost. Only the questions must alternate.
+	var errs [2]error
+	var wg sync.WaitGroup
 	for i := range conns {
-		conn, err := pgx.ConnectConfig(ctx, c)
-		if err != nil {
-			return false, fmt.Errorf("probe for a pooler: connect: %w", err)
-		}
-		conns[i] = conn
+		wg.Go(func() { conns[i], errs[i] = pgx.ConnectConfig(ctx, c) })
+	}
+	wg.Wait()
+	if err := cmp.Or(errs[0], errs[1]); err != nil {
+		return false, fmt.Errorf("probe for a pooler: connect: %w", err)
 	}
 	pid := func(conn *pgx.Conn) (int32, error) {
 		var p int32

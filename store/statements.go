@@ -15,6 +15,10 @@ type statements struct {
 	reclaim, purge, backlog                              string
 	expire, purgeExpired                                 string
 	due                                                  string
+
+	// Transaction mode (held.go): the claim takes row locks instead of leases, and
+	// the write-backs run in the claim's transaction.
+	heldClaim, heldAck, heldRetry, heldDefer, heldFail string
 }
 
 func newStatements(n table.Name) statements {
@@ -35,6 +39,12 @@ func newStatements(n table.Name) statements {
 		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
 		due:               render(dueSQL, n),
+
+		heldClaim: render(renderLive(heldClaimSQL, "$4"), n),
+		heldAck:   render(heldAcknowledgement(ackSQL), n),
+		heldRetry: render(held(retrySQL), n),
+		heldDefer: render(held(deferSQL), n),
+		heldFail:  render(held(failSQL), n),
 
 		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
 		schemaVersion: `SELECT version, dirty FROM ` + n.QualifiedMigrationsTable() +

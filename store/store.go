@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -126,6 +127,9 @@ type Store struct {
 	// (no WithSessions): each holds a connection for as long as its stream flows, and a
 	// pipeline holding one must still find connections to claim and write back.
 	flowSlots chan struct{}
+
+	heldMu sync.Mutex
+	held   map[Token]heldClaim // open transactions of held claims (held.go)
 }
 
 // New returns a Store for the outbox table n, reached through pool.
@@ -157,7 +161,10 @@ type Option func(*Store)
 // A deleted row keeps no trace of who acknowledged it, so AckAgain cannot tell this
 // replica's earlier try from another replica's acknowledgement: it acknowledges as Ack.
 func WithAckByDelete() Option {
-	return func(s *Store) { s.sql.ack, s.sql.ackAgain = render(ackDeleteSQL, s.table), "" }
+	return func(s *Store) {
+		s.sql.ack, s.sql.ackAgain = render(ackDeleteSQL, s.table), ""
+		s.sql.heldAck = render(heldAcknowledgement(ackDeleteSQL), s.table)
+	}
 }
 
 // Table is the outbox table this store works on.
@@ -213,7 +220,16 @@ func (s *Store) Ack(ctx context.Context, token Token, ids []int64) (AckResult, e
 	if len(ids) == 0 {
 		return AckResult{}, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql.ack, ids, token)
+	s.heldMu.Lock()
+	h := s.held[token]
+	s.heldMu.Unlock()
+	var rows pgx.Rows
+	var err error
+	if h.conn != nil {
+		rows, err = h.conn.Query(ctx, s.sql.heldAck, ids, token, h.owner)
+	} else {
+		rows, err = s.pool.Query(ctx, s.sql.ack, ids, token)
+	}
 	if err != nil {
 		return AckResult{}, fmt.Errorf("ack %d rows in %s: %w", len(ids), s.table, err)
 	}
@@ -293,7 +309,13 @@ func (s *Store) AckAgain(ctx context.Context, token Token, owner string, leaseUn
 
 // Release hands rows back untouched, claimable again at once: used at shutdown for rows
 // that were not published.
+//
+// A held claim's rows need no write: they are pending already, and the end of the
+// claim's transaction unlocks them.
 func (s *Store) Release(ctx context.Context, token Token, ids []int64) (WriteResult, error) {
+	if s.heldConn(token) != nil {
+		return WriteResult{Changed: len(ids)}, nil
+	}
 	return s.write(ctx, "release", len(ids), s.sql.release, ids, token)
 }
 
@@ -303,7 +325,8 @@ func (s *Store) Retry(ctx context.Context, token Token, retries []Retry) (WriteR
 	for i, r := range retries {
 		ids[i], delays[i], errs[i] = r.ID, r.Delay.Milliseconds(), errorText(r.Err)
 	}
-	return s.write(ctx, "retry", len(ids), s.sql.retry, ids, token, delays, errs)
+	q, sql := s.on(token, s.sql.retry, s.sql.heldRetry)
+	return writeOn(ctx, q, s.table, "retry", len(ids), sql, ids, token, delays, errs)
 }
 
 // FailedRow is a row a write-back failed for good, as it now stands in the table.
@@ -340,7 +363,8 @@ func (s *Store) Defer(ctx context.Context, token Token, deferrals []Deferral, ma
 	for i, d := range deferrals {
 		ids[i], delays[i], errs[i] = d.ID, d.Delay.Milliseconds(), errorText(d.Err)
 	}
-	rows, err := s.pool.Query(ctx, s.sql.deferral, ids, token, delays, errs, maxDefer.Milliseconds())
+	q, sql := s.on(token, s.sql.deferral, s.sql.heldDefer)
+	rows, err := q.Query(ctx, sql, ids, token, delays, errs, maxDefer.Milliseconds())
 	if err != nil {
 		return DeferResult{}, fmt.Errorf("defer %d rows in %s: %w", len(ids), s.table, err)
 	}
@@ -377,7 +401,8 @@ func (s *Store) Fail(ctx context.Context, token Token, failures []Failure) (Fail
 			spent[i] = 1
 		}
 	}
-	rows, err := s.pool.Query(ctx, s.sql.fail, ids, token, spent, errs)
+	q, sql := s.on(token, s.sql.fail, s.sql.heldFail)
+	rows, err := q.Query(ctx, sql, ids, token, spent, errs)
 	if err != nil {
 		return FailResult{}, fmt.Errorf("fail %d rows in %s: %w", len(ids), s.table, err)
 	}
@@ -399,12 +424,16 @@ func (s *Store) Fail(ctx context.Context, token Token, failures []Failure) (Fail
 
 // write runs one lease-checked write-back and counts what it changed and refused.
 func (s *Store) write(ctx context.Context, op string, n int, sql string, args ...any) (WriteResult, error) {
+	return writeOn(ctx, s.pool, s.table, op, n, sql, args...)
+}
+
+func writeOn(ctx context.Context, q querier, t table.Name, op string, n int, sql string, args ...any) (WriteResult, error) {
 	if n == 0 {
 		return WriteResult{}, nil
 	}
-	tag, err := s.pool.Exec(ctx, sql, args...)
+	tag, err := q.Exec(ctx, sql, args...)
 	if err != nil {
-		return WriteResult{}, fmt.Errorf("%s %d rows in %s: %w", op, n, s.table, err)
+		return WriteResult{}, fmt.Errorf("%s %d rows in %s: %w", op, n, t, err)
 	}
 	changed := int(tag.RowsAffected())
 	return WriteResult{Changed: changed, Refused: n - changed}, nil

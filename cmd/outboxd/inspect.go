@@ -101,7 +101,7 @@ func messagesCmd(ctx context.Context, e env) error {
 	return withOps(ctx, e, fs, *outbox, q.Stream, func(o *ops.Ops, _ *config.Config) error {
 		page, err := o.ListMessages(ctx, q)
 		if err = show(e.stdout, *asJSON, page, opsError("messages", "", err)); err == nil && !*asJSON && page.NextCursor != "" {
-			fmt.Fprintf(e.stderr, "more messages match: add --cursor %s for the next page\n", page.NextCursor)
+			fmt.Fprintf(e.stderr, "more messages may match: add --cursor %s for the next page\n", page.NextCursor)
 		}
 		return err
 	})

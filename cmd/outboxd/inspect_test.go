@@ -168,7 +168,7 @@ func TestMessagesListsFiltersAndPagesLikeTheAPI(t *testing.T) {
 	}
 
 	_, errOut := w.mustRun(t, messagesCmd, "--limit", "2")
-	if !strings.Contains(errOut, "more messages match: add --cursor ") {
+	if !strings.Contains(errOut, "more messages may match: add --cursor ") {
 		t.Fatalf("a partial listing does not say how to continue: %q", errOut)
 	}
 	if out, _ := w.mustRun(t, messagesCmd, "--stream", "nobody"); !strings.Contains(out, "no messages match") {

@@ -39,7 +39,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 }
 
 // messageParams are the query parameters GET /api/v1/messages accepts.
-var messageParams = []string{"status", "stream", "since", "until", "cursor", "limit", "outbox"}
+var messageParams = []string{"status", "stream", "since", "until", "cursor", "limit", "outbox", "from_id", "to_id", "key", "topic", "error"}
 
 func (s *server) messages(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -56,7 +56,8 @@ func (s *server) messages(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	page, err := o.ops.ListMessages(ctx, ops.MessageQuery{
 		Status: q.Get("status"), Stream: q.Get("stream"), Since: q.Get("since"), Until: q.Get("until"),
-		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
+		Cursor: q.Get("cursor"), Limit: q.Get("limit"), FromID: q.Get("from_id"), ToID: q.Get("to_id"),
+		Key: q.Get("key"), Topic: q.Get("topic"), Error: q.Get("error"),
 	})
 	s.answer(w, r, page, err)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/admin"
@@ -44,8 +45,13 @@ func (a *adminServer) console(cfg *config.Config, logger *slog.Logger) http.Hand
 		waiting[i] = console.Outbox{Name: o.name, Streams: streams}
 	}
 	a.consoleOutboxes.CompareAndSwap(nil, &waiting) // serve may have filled it already
+	var version string
+	if len(a.outboxes) > 0 {
+		version = a.outboxes[0].version
+	}
 	return console.New(console.Options{Mode: cfg.HTTP.UI, AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken,
-		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger, TraceURL: cfg.Tracing.UIURL})
+		Outboxes: func() []console.Outbox { return *a.consoleOutboxes.Load() }, Logger: logger, TraceURL: cfg.Tracing.UIURL,
+		Version: version, Started: time.Now()})
 }
 
 // multi reports whether the process serves an outboxes list.
@@ -119,7 +125,7 @@ func (a *adminServer) serve(cfg *config.Config, metrics http.Handler, logger *sl
 	for _, o := range a.outboxes {
 		streams, drivers := ops.Describe(o.cfg)
 		ao := admin.Outbox{Name: o.name, Waiting: o.waiting, Streams: streams, Drivers: drivers, Breakers: o.breakers.States}
-		co := console.Outbox{Name: o.name, Streams: streams, Breakers: o.breakers.States}
+		co := console.Outbox{Name: o.name, Streams: streams, Breakers: o.breakers.States, Activity: o.activity}
 		if d := o.disp.Load(); d != nil {
 			ao.Store, co.Store = d.store, d.store
 			ao.Ready = []admin.Check{{Name: "listener", Probe: func(context.Context) error {

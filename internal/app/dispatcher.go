@@ -85,6 +85,32 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, err
 	}
 	n := cfg.Table()
+	// LISTEN keeps a session: behind a transaction pooler it goes to database.listen_url.
+	listenConfig, err := pgx.ParseConfig(cfg.SessionURL())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
+	}
+	deadPeers(&listenConfig.Config, cfg.Database)
+	listen := store.ListenConfig{Conn: listenConfig, Table: n}
+	// The listening connection opens while the rest is built (the pooler probe and the
+	// schema check included), so that readiness does not wait for one more connection
+	// after them; the listener takes it (or, if opening it failed, connects itself and
+	// says why). A dispatcher that is not built after all closes it.
+	early := make(chan *store.Notifications, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, dispatch.ListenConnectTimeout)
+		defer cancel()
+		conn, err := store.Listen(lctx, listen)
+		if err != nil {
+			conn = nil
+		}
+		early <- conn
+	}()
+	defer func() {
+		if err != nil {
+			go closeEarly(early) // the listener never ran: nothing else takes it
+		}
+	}()
 	behind, err := behindPooler(ctx, cfg)
 	if err == nil {
 		err = sessionURLProblem(ctx, cfg, behind)
@@ -97,7 +123,6 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 			return nil, err
 		}
 	}
-
 	d := &Dispatcher{log: logger, bus: events.NewBus(logger)}
 	defer func() {
 		if err != nil {
@@ -196,15 +221,9 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		d.pipelines = append(d.pipelines, p)
 		wakers = append(wakers, p)
 	}
-	// LISTEN keeps a session: behind a transaction pooler it goes to database.listen_url.
-	listenConfig, err := pgx.ParseConfig(cfg.SessionURL())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
-	}
-	deadPeers(&listenConfig.Config, cfg.Database)
 	d.poller = dispatch.NewPoller(sharedPoll(cfg.Streams), d.store, d.pipelines, logger)
-	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: listenConfig, Table: n},
-		Connected: d.poller.Kick}, wakers, d.bus, logger)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early, Connected: d.poller.Kick},
+		wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {
@@ -286,7 +305,7 @@ func pipelineConfig(name string, s config.Stream, replica string) dispatch.Pipel
 		LeaseTTL: s.LeaseTTL, PublishTimeout: s.PublishTimeout,
 		BackoffInitial: s.BackoffInitial, BackoffMax: s.BackoffMax,
 		MaxAttempts: s.MaxAttempts, MaxDefer: s.MaxDefer, Ordered: s.Ordered, NoFlow: !s.Flow,
-		FlowRate: s.FlowRate, Polled: true,
+		FlowRate: s.FlowRate, Transaction: s.ClaimInTransaction(), Polled: true,
 	}
 }
 
@@ -315,6 +334,25 @@ func CheckSchema(ctx context.Context, st *store.Store, dsn string) error {
 	return nil
 }
 
+// housekeepingDelay holds back the janitor's first cycle and the samplers' first
+// samples after start. Started at once, their five queries took every connection of
+// the general pool, each with its handshake, while /readyz waited behind them for one:
+// 12 of the 66 ms from exec to ready (docs/benchmarks.md). The pipelines, which
+// claim on their own pool, and the listener start at once.
+const housekeepingDelay = 500 * time.Millisecond
+
+// pause waits d, and reports false if ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // Run drains every stream until ctx ends, then stops in two phases: the pipelines
 // first (they write back and release their leases), then the listener, janitor and
 // sampler; finally it closes drivers and pool.
@@ -323,11 +361,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopBackground()
 	var background sync.WaitGroup
+	// The shared poll starts with the pipelines, which wait for it; the housekeeping
+	// loops after housekeepingDelay.
 	loops := []func(context.Context) error{d.listener.Run, d.poller.Run, d.janitor.Run, d.sampler.Run}
-	for _, loop := range loops {
+	for i, loop := range loops {
 		background.Add(1)
 		go func() {
 			defer background.Done()
+			if i > 1 && !pause(bgCtx, housekeepingDelay) {
+				return
+			}
 			_ = loop(bgCtx) // each loop logs its own trouble and returns nil when stopped
 		}()
 	}
@@ -366,6 +409,16 @@ func (d *Dispatcher) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closeEarly closes the listening connection opened ahead for a dispatcher that was
+// not built after all.
+func closeEarly(early <-chan *store.Notifications) {
+	if conn := <-early; conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(ctx)
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

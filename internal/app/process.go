@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/events/tracing"
 	"github.com/outboxd/outboxd/internal/admin"
+	"github.com/outboxd/outboxd/internal/console"
 )
 
 // outbox is one outbox table a running process serves, with everything of its own: its
@@ -30,6 +31,10 @@ type outbox struct {
 	log      *slog.Logger
 	metrics  *metrics.Metrics
 	breakers *admin.BreakerBoard
+	// activity feeds the web console's throughput and dead-letter columns; nil while
+	// the console is off.
+	activity *console.Activity
+	version  string // the build version, for the console's replicas page
 	disp     atomic.Pointer[Dispatcher]
 	reason   atomic.Pointer[string]
 }
@@ -40,7 +45,7 @@ func newOutboxes(cfg *config.Config, reg *prometheus.Registry, version string, l
 	var out []*outbox
 	for _, o := range cfg.Served() {
 		one := cfg.ForOutbox(o)
-		ob := &outbox{name: o.Name, multi: multi, cfg: one, log: logger}
+		ob := &outbox{name: o.Name, multi: multi, cfg: one, log: logger, version: version}
 		var r prometheus.Registerer = reg
 		if multi {
 			// The same series for every outbox, told apart by a label: metric definitions,
@@ -50,6 +55,9 @@ func newOutboxes(cfg *config.Config, reg *prometheus.Registry, version string, l
 		}
 		ob.metrics = newMetrics(r, one, version)
 		ob.breakers = admin.NewBreakerBoard(sortedKeys(one.Streams))
+		if one.HTTP.UI == config.UIOn || one.HTTP.UI == config.UIReadonly {
+			ob.activity = console.NewActivity(nil)
+		}
 		out = append(out, ob)
 	}
 	return out
@@ -84,6 +92,9 @@ func (o *outbox) options(migrate bool, tp trace.TracerProvider, tracingOn bool) 
 	opt.Subscribe = func(bus *events.Bus) {
 		bus.Subscribe("metrics", o.metrics.Handle) // synchronous: sees every event, never drops
 		bus.Subscribe("admin-breakers", o.breakers.Observe, events.Filter(admin.IsBreakerChange))
+		if o.activity != nil {
+			bus.Subscribe("console-activity", o.activity.Observe, events.Filter(console.IsActivity))
+		}
 	}
 	return opt
 }

@@ -73,6 +73,9 @@ type settings struct {
 	proxyPerReplica bool
 	// flowRate is streams.<name>.flow_rate (0: the default).
 	flowRate int
+	// claim is streams.<name>.claim ("": the default, auto: transaction for a stream
+	// that is not ordered).
+	claim string
 }
 
 func defaultSettings(f form) settings {
@@ -253,6 +256,9 @@ func (w *world) writeConfig() {
 		}
 		if s.flowRate > 0 {
 			m["flow_rate"] = s.flowRate
+		}
+		if s.claim != "" {
+			m["claim"] = s.claim
 		}
 		if prefix != "" {
 			m["topic_prefix"] = prefix
@@ -479,6 +485,17 @@ func (w *world) await(what string, timeout time.Duration, cond func() (bool, err
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// claimsHeldBy counts the transactions in which replica id holds claimed rows locked
+// now (claim: transaction): its sessions that hold the outbox table in ROW SHARE mode,
+// the lock FOR UPDATE takes and keeps until the transaction ends.
+func (w *world) claimsHeldBy(id string) (int, error) {
+	var n int
+	err := w.pool.QueryRow(w.ctx, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE a.application_name = $1 AND l.relation = $2::regclass AND l.mode = 'RowShareLock' AND l.granted`,
+		id, outboxName.Qualified()).Scan(&n)
+	return n, err
 }
 
 // leasedBy returns the ids of the rows leased by replica id now.

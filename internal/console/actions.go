@@ -13,35 +13,49 @@ import (
 // action is a requested change as the console's forms carry it: requeue, skip or
 // replay, of one message (ID) or of a stream's messages (Stream, with Key for the head
 // of a key, Since and Until for a window).
+// A filter's whole result also carries the listing's other filters: Topic, Error
+// (text of the last error) and the id range FromID..ToID.
 type action struct {
 	Kind, Outbox, Stream, Key, Since, Until string
-	ID                                      int64
+	Topic, Error                            string
+	ID, FromID, ToID                        int64
 	HasKey                                  bool
 }
 
 func actionOf(r *http.Request) (action, error) {
 	a := action{Kind: r.PostFormValue("action"), Outbox: r.PostFormValue("outbox"), Stream: r.PostFormValue("stream"),
-		Since: r.PostFormValue("since"), Until: r.PostFormValue("until")}
+		Since: r.PostFormValue("since"), Until: r.PostFormValue("until"), Topic: r.PostFormValue("topic"),
+		Error: r.PostFormValue("error")}
 	a.Key, a.HasKey = r.PostFormValue("key"), r.PostForm.Has("key")
-	if v := r.PostFormValue("id"); v != "" {
-		id, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || id < 1 {
-			return a, fmt.Errorf("id: want a message id, a whole number from 1, got %q", v)
+	for _, f := range []struct {
+		name string
+		to   *int64
+	}{{"id", &a.ID}, {"from_id", &a.FromID}, {"to_id", &a.ToID}} {
+		if v := r.PostFormValue(f.name); v != "" {
+			id, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || id < 1 {
+				return a, fmt.Errorf("%s: want a message id, a whole number from 1, got %q", f.name, v)
+			}
+			*f.to = id
 		}
-		a.ID = id
 	}
 	switch a.Kind {
 	case "requeue", "skip", "replay":
-		return a, nil
+	default:
+		return a, fmt.Errorf("action: want requeue, skip or replay, got %q", a.Kind)
 	}
-	return a, fmt.Errorf("action: want requeue, skip or replay, got %q", a.Kind)
+	if a.Kind == "replay" && (a.Error != "" || a.FromID > 0 || a.ToID > 0) {
+		return a, fmt.Errorf("a replay takes a stream, a time window, a key and a topic: drop the error text and the id range from the filter")
+	}
+	return a, nil
 }
 
 func (a action) requeue() ops.RequeueRequest {
 	if a.ID > 0 {
 		return ops.RequeueRequest{Outbox: a.Outbox, IDs: []int64{a.ID}}
 	}
-	return ops.RequeueRequest{Outbox: a.Outbox, Stream: a.Stream, Since: a.Since, Until: a.Until, All: true}
+	return ops.RequeueRequest{Outbox: a.Outbox, Stream: a.Stream, Since: a.Since, Until: a.Until, All: true,
+		FromID: a.FromID, ToID: a.ToID, Key: a.Key, Topic: a.Topic, ErrorContains: a.Error}
 }
 
 func (a action) skip() ops.SkipRequest {
@@ -53,7 +67,7 @@ func (a action) skip() ops.SkipRequest {
 }
 
 func (a action) replay() ops.ReplayRequest {
-	req := ops.ReplayRequest{Outbox: a.Outbox, Stream: a.Stream, Since: a.Since, Until: a.Until}
+	req := ops.ReplayRequest{Outbox: a.Outbox, Stream: a.Stream, Since: a.Since, Until: a.Until, Topic: a.Topic}
 	if a.HasKey && a.Key != "" {
 		key := a.Key
 		req.Key = &key
@@ -67,17 +81,36 @@ func (a action) What() string {
 	case a.Kind == "requeue" && a.ID > 0:
 		return fmt.Sprintf("requeue message %d", a.ID)
 	case a.Kind == "requeue":
-		return "requeue every failed message of stream " + a.Stream + window(a)
+		return "requeue every failed message of stream " + a.Stream + narrowed(a) + window(a)
 	case a.Kind == "skip" && a.ID > 0:
 		return fmt.Sprintf("skip message %d", a.ID)
 	case a.Kind == "skip":
 		return fmt.Sprintf("skip the head of key %q of stream %s", a.Key, a.Stream)
 	}
-	what := "replay the delivered messages of stream " + a.Stream
-	if a.HasKey && a.Key != "" {
-		what += fmt.Sprintf(" with key %q", a.Key)
+	return "replay the delivered messages of stream " + a.Stream + narrowed(a) + window(a)
+}
+
+// narrowed says which of the listing's filters narrow a bulk action.
+func narrowed(a action) string {
+	var out string
+	if a.Key != "" {
+		out += fmt.Sprintf(" with key %q", a.Key)
 	}
-	return what + window(a)
+	if a.Topic != "" {
+		out += fmt.Sprintf(" with topic %q", a.Topic)
+	}
+	if a.Error != "" {
+		out += fmt.Sprintf(" whose last error contains %q", a.Error)
+	}
+	switch {
+	case a.FromID > 0 && a.ToID > 0:
+		out += fmt.Sprintf(" with ids %d to %d", a.FromID, a.ToID)
+	case a.FromID > 0:
+		out += fmt.Sprintf(" with ids from %d", a.FromID)
+	case a.ToID > 0:
+		out += fmt.Sprintf(" with ids up to %d", a.ToID)
+	}
+	return out
 }
 
 func window(a action) string {
@@ -163,7 +196,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request) {
 	if a.ID > 0 {
 		log = log.With("id", a.ID)
 	} else {
-		log = log.With("stream", a.Stream)
+		log = log.With("stream", a.Stream, "filter", a.What())
 	}
 	var summary string
 	var n int64

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/console"
 	"github.com/outboxd/outboxd/internal/ops"
@@ -48,7 +49,10 @@ func TestABrowserRequeuesAFailedMessageAndSeesItDelivered(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := app.NewDispatcher(ctx, &cfg, slog.New(slog.DiscardHandler), app.Options{})
+	activity := console.NewActivity(nil)
+	d, err := app.NewDispatcher(ctx, &cfg, slog.New(slog.DiscardHandler), app.Options{Subscribe: func(bus *events.Bus) {
+		bus.Subscribe("console-activity", activity.Observe, events.Filter(console.IsActivity))
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,7 @@ func TestABrowserRequeuesAFailedMessageAndSeesItDelivered(t *testing.T) {
 	})
 
 	streams, _ := ops.Describe(&cfg)
-	box := console.Outbox{Name: "main", Store: d.Store(), Streams: streams}
+	box := console.Outbox{Name: "main", Store: d.Store(), Streams: streams, Activity: activity}
 	srv := httptest.NewServer(console.New(console.Options{Mode: config.UIOn, AdminToken: adminToken,
 		Outboxes: func() []console.Outbox { return []console.Outbox{box} }}))
 	t.Cleanup(srv.Close)
@@ -123,8 +127,46 @@ func TestABrowserRequeuesAFailedMessageAndSeesItDelivered(t *testing.T) {
 		chromedp.WithPollingTimeout(15*time.Second))); err != nil {
 		t.Fatalf("the streams table did not show the new failure by itself within 15s: %v", err)
 	}
+
+	// A filter's whole result: the failed messages whose error says timeout, requeued at
+	// once; the one failed for another reason stays.
+	var timeouts []int64
+	for _, why := range []string{"Timeout waiting for the broker", "message too large", "timeout again"} {
+		m := f.insert(t, "orders", "cust-2", nil, []byte(`{"order":43}`))
+		waitStatus(t, f, m, "delivered")
+		f.fail(t, m, why)
+		if strings.Contains(strings.ToLower(why), "timeout") {
+			timeouts = append(timeouts, m)
+		}
+	}
+	other := timeouts[len(timeouts)-1] - 1
+	b.do("filter the failed messages by error text", chromedp.Navigate(srv.URL+"/ui/messages"),
+		chromedp.WaitVisible(css(`input[name=error]`)),
+		chromedp.SendKeys(css(`form.filter input[name=stream]`), "orders"),
+		chromedp.SetValue(css(`form.filter select[name=status]`), "failed"),
+		chromedp.SendKeys(css(`form.filter input[name=error]`), "timeout"),
+		chromedp.Submit(css(`form.filter`)),
+		chromedp.WaitVisible(css(`input[value=requeue] ~ button`)))
+	if rows := b.text(`tbody`); strings.Count(rows, "orders") != 2 || strings.Contains(rows, "too large") {
+		t.Fatalf("the filtered listing: %q, want the two timeouts only", rows)
+	}
+	messagesShot := b.shot()
+	b.do("ask to requeue the filter's result", chromedp.Click(css(`input[value=requeue] ~ button`)), chromedp.WaitVisible(css(`button.danger`)))
+	confirm = b.text(`p.count`)
+	b.do("confirm the bulk requeue", chromedp.Click(css(`button.danger`)), chromedp.WaitVisible(css(`p.done`)))
+	if summary := b.text(`p.done`); !strings.Contains(confirm, "2 message(s)") || summary != "requeued 2 message(s)" {
+		t.Fatalf("bulk confirmation %q, then %q; want 2 counted, then 2 requeued", confirm, summary)
+	}
+	for _, m := range timeouts {
+		waitStatus(t, f, m, "delivered")
+	}
+	if s := f.status(t, other); s != "failed" {
+		t.Errorf("the message outside the filter is %s, want still failed", s)
+	}
+
 	dir := t.ArtifactDir()
-	for name, shot := range map[string][]byte{"console-streams.png": streamsShot, "console-message.png": messageShot} {
+	for name, shot := range map[string][]byte{"console-streams.png": streamsShot, "console-message.png": messageShot,
+		"console-messages.png": messagesShot} {
 		if err := os.WriteFile(filepath.Join(dir, name), shot, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,8 @@
 // Package console is outboxd's web console for operators, served by `outboxd run` at
 // /ui/ on the admin address when http.ui is on or readonly: the streams at a glance,
-// a filtered message listing, one message opened, and the actions requeue, skip and
-// replay behind a confirmation that shows what they would change.
+// a filtered message listing, one message opened, the replicas at work, and the
+// actions requeue, skip and replay, of one message or of a filter's whole result,
+// behind a confirmation that shows what they would change.
 //
 // Invariants:
 //   - Every read and every action goes through internal/ops, the one implementation
@@ -40,6 +41,9 @@ type Outbox struct {
 	Streams []ops.Stream
 	// Breakers returns each stream's breaker state; nil leaves the states out.
 	Breakers func() map[string]string
+	// Activity counts the streams' recent throughput and dead-lettered messages on
+	// this replica; nil leaves them out.
+	Activity *Activity
 }
 
 // Options configures the console. Mode, a token the mode allows to log in, and
@@ -59,6 +63,9 @@ type Options struct {
 	SessionTTL time.Duration
 	// TraceURL, when set, is tracing.ui_url: a message's trace id links there.
 	TraceURL string
+	// Version and Started describe the replica serving the console (the replicas page).
+	Version string
+	Started time.Time
 }
 
 // Prefix is where the console is served.
@@ -135,6 +142,7 @@ func New(opt Options) http.Handler {
 	mux.Handle("GET /ui/streams/table", c.need(read, c.streamsTable))
 	mux.Handle("GET /ui/messages", c.need(read, c.messages))
 	mux.Handle("GET /ui/message", c.need(read, c.message))
+	mux.Handle("GET /ui/replicas", c.need(read, c.replicas))
 	mux.Handle("POST /ui/confirm", c.need(act, c.confirm))
 	mux.Handle("POST /ui/act", c.need(act, c.act))
 	return secure(mux)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -38,6 +39,12 @@ var funcs = template.FuncMap{
 		}
 		return &t
 	},
+	"rate": func(r float64) string {
+		if r < 10 {
+			return strconv.FormatFloat(r, 'f', 1, 64)
+		}
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	},
 	"deref": func(p *int64) int64 {
 		if p == nil {
 			return 0
@@ -50,7 +57,7 @@ var funcs = template.FuncMap{
 // parse is a build mistake.
 func parsePages() map[string]*page {
 	out := map[string]*page{}
-	for _, name := range []string{"login", "streams", "messages", "message", "confirm", "done", "error"} {
+	for _, name := range []string{"login", "streams", "messages", "message", "replicas", "confirm", "done", "error"} {
 		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
 			"templates/layout.html", "templates/streams_table.html", "templates/"+name+".html"))
 		out[name] = &page{t: t}
@@ -131,8 +138,19 @@ func errWaiting(name string) error { return waitingError(name) }
 type outboxStats struct {
 	Name    string
 	Table   string
-	Streams []ops.StreamStats
-	Error   string
+	Streams []streamRow
+	// Activity says the throughput and dead-letter columns are known (Outbox.Activity).
+	Activity bool
+	Error    string
+}
+
+// streamRow is one stream's row: the sampled backlog and, when known, its activity.
+type streamRow struct {
+	ops.StreamStats
+	T Throughput
+	// FlowsOn names the session holding the stream's flow lock (the replica flowing
+	// it), or is empty.
+	FlowsOn string
 }
 
 func (c *console) sample(ctx context.Context) []outboxStats {
@@ -153,7 +171,24 @@ func (c *console) sample(ctx context.Context) []outboxStats {
 			c.log.Warn("console stats failed", "outbox", o.Name, "err", err)
 			os.Error = err.Error()
 		}
-		os.Streams, os.Table = st.Streams, st.Table
+		os.Table, os.Activity = st.Table, o.Activity != nil
+		flows := map[string]string{}
+		holders, err := ops.New(o.Store, c.now).Holders(ctx, o.Streams)
+		if err != nil {
+			c.log.Warn("console lock holders failed", "outbox", o.Name, "err", err)
+		}
+		for _, h := range holders {
+			for _, st := range h.Flows {
+				flows[st] = h.Label()
+			}
+		}
+		for _, ss := range st.Streams {
+			row := streamRow{StreamStats: ss, FlowsOn: flows[ss.Stream]}
+			if o.Activity != nil {
+				row.T = o.Activity.Of(ss.Stream)
+			}
+			os.Streams = append(os.Streams, row)
+		}
 		out = append(out, os)
 	}
 	return out
@@ -188,16 +223,43 @@ type messagesData struct {
 	Statuses []string
 	Page     ops.MessagePage
 	Error    string
+	// NextURL is the next page's address, the filter kept; Budget the rows a page
+	// filtered by key, topic or error text examines at most, and Short whether this
+	// page stopped at that budget before it filled (more may match).
+	NextURL string
+	Budget  int
+	Short   bool
+	// Ordered says the filter's stream is an ordered one (its heads may be skipped).
+	Ordered bool
+}
+
+// queryOf reads the listing's filter from a request's URL.
+func queryOf(q url.Values) ops.MessageQuery {
+	return ops.MessageQuery{
+		Stream: q.Get("stream"), Status: q.Get("status"), Since: q.Get("since"), Until: q.Get("until"),
+		Cursor: q.Get("cursor"), Limit: q.Get("limit"), FromID: q.Get("from_id"), ToID: q.Get("to_id"),
+		Key: q.Get("key"), Topic: q.Get("topic"), Error: q.Get("error"),
+	}
+}
+
+// nextURL is the address of the page after cursor, with the same outbox and filter.
+func nextURL(outbox string, q ops.MessageQuery, cursor string) string {
+	v := url.Values{}
+	for _, p := range []struct{ k, v string }{{"outbox", outbox}, {"stream", q.Stream}, {"status", q.Status},
+		{"since", q.Since}, {"until", q.Until}, {"from_id", q.FromID}, {"to_id", q.ToID}, {"key", q.Key},
+		{"topic", q.Topic}, {"error", q.Error}, {"limit", q.Limit}, {"cursor", cursor}} {
+		if p.v != "" {
+			v.Set(p.k, p.v)
+		}
+	}
+	return "/ui/messages?" + v.Encode()
 }
 
 var statuses = []string{"pending", "leased", "delivered", "failed", "expired"}
 
 func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := messagesData{Outbox: q.Get("outbox"), Statuses: statuses, Query: ops.MessageQuery{
-		Stream: q.Get("stream"), Status: q.Get("status"), Since: q.Get("since"), Until: q.Get("until"),
-		Cursor: q.Get("cursor"), Limit: q.Get("limit"),
-	}}
+	d := messagesData{Outbox: q.Get("outbox"), Statuses: statuses, Query: queryOf(q), Budget: ops.ScanBudget}
 	for _, o := range c.opt.Outboxes() {
 		d.Outboxes = append(d.Outboxes, o.Name)
 	}
@@ -208,6 +270,13 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
 		d.Page, err = o.ListMessages(ctx, d.Query)
+		for _, st := range box.Streams {
+			d.Ordered = d.Ordered || (st.Name == d.Query.Stream && st.Ordered)
+		}
+	}
+	if d.Page.NextCursor != "" {
+		d.NextURL = nextURL(d.Outbox, d.Query, d.Page.NextCursor)
+		d.Short = d.Page.Scanned == int64(ops.ScanBudget) && len(d.Page.Messages) < pageSize(d.Query.Limit)
 	}
 	if err != nil {
 		status, d.Error = statusOf(err), err.Error()
@@ -216,6 +285,14 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, status, "messages", sessionOf(r), d)
+}
+
+// pageSize is the rows a listing page holds, from its limit parameter.
+func pageSize(limit string) int {
+	if n, err := strconv.Atoi(limit); err == nil && n > 0 {
+		return n
+	}
+	return ops.DefaultPageLimit
 }
 
 // messageData is one message opened.

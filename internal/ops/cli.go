@@ -20,6 +20,11 @@ func (q *MessageQuery) Register(fs *flag.FlagSet) {
 	fs.StringVar(&q.Until, "until", "", "only rows created before this RFC 3339 time, or this long ago")
 	fs.StringVar(&q.Limit, "limit", "", fmt.Sprintf("rows per page, 1 to %d (default %d)", MaxPageLimit, DefaultPageLimit))
 	fs.StringVar(&q.Cursor, "cursor", "", "continue after the page that printed this cursor")
+	fs.StringVar(&q.FromID, "from-id", "", "only rows with this id or a greater one")
+	fs.StringVar(&q.ToID, "to-id", "", "only rows with this id or a smaller one")
+	fs.StringVar(&q.Key, "key", "", fmt.Sprintf("only rows of this key (a page examines at most %d rows; see the cursor)", ScanBudget))
+	fs.StringVar(&q.Topic, "topic", "", fmt.Sprintf("only rows of this topic (a page examines at most %d rows)", ScanBudget))
+	fs.StringVar(&q.Error, "error", "", fmt.Sprintf("only rows whose last error contains this text, in any case (a page examines at most %d rows)", ScanBudget))
 }
 
 // IDList is a flag value collecting message ids, given once each or with commas.
@@ -121,6 +126,11 @@ func (f *RequeueFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Until, "until", "", "with --stream: only messages created before this RFC 3339 time, or this long ago")
 	fs.IntVar(&f.limit, "limit", 0, "with --stream: requeue at most this many, oldest first")
 	fs.BoolVar(&f.All, "all", false, "with --stream: requeue every matching failed message")
+	fs.Int64Var(&f.FromID, "from-id", 0, "with --stream: only messages with this id or a greater one")
+	fs.Int64Var(&f.ToID, "to-id", 0, "with --stream: only messages with this id or a smaller one")
+	fs.StringVar(&f.Key, "key", "", "with --stream: only messages of this key")
+	fs.StringVar(&f.Topic, "topic", "", "with --stream: only messages of this topic")
+	fs.StringVar(&f.ErrorContains, "error", "", "with --stream: only messages whose last error contains this text, in any case")
 }
 
 // Request is the request the parsed flags of fs make: a limit only when --limit was

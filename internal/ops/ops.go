@@ -1,6 +1,7 @@
 // Package ops holds the operators' operations on an outbox table: stats, the message
-// listing, requeue, skip, replay and the description of the configured streams and drivers. It
-// is internal to outboxd: the HTTP API (internal/admin) and the CLI verbs (cmd/outboxd)
+// listing, requeue, skip, replay, the sessions holding the table's locks and the
+// description of the configured streams and drivers. It is internal to outboxd: the
+// HTTP API (internal/admin) and the CLI verbs (cmd/outboxd)
 // are thin edges over it, so both answer in the same shapes (its result types are the
 // wire types) and refuse the same mistakes with the same words. Results also write
 // themselves as text for a person (WriteText), which belongs to no transport. The
@@ -32,6 +33,8 @@ type Store interface {
 	Blocked(ctx context.Context, streams []string) ([]store.BlockedStream, error)
 	UnservedStreams(ctx context.Context, served []string) ([]store.UnservedStream, error)
 	ListMessages(ctx context.Context, f store.MessageFilter) ([]store.MessageSummary, error)
+	ScanMessages(ctx context.Context, f store.ScanFilter) (store.ScanPage, error)
+	LockHolders(ctx context.Context, streams []string) ([]store.LockHolder, error)
 	GetMessage(ctx context.Context, id int64, maxPayload int) (store.MessageDetail, bool, error)
 	CountFailed(ctx context.Context, f store.RequeueFilter) (int64, error)
 	RequeueIDs(ctx context.Context, ids []int64) (int64, error)

@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,17 @@ func TestParseTimeReadsRFC3339AndDurationsBeforeNow(t *testing.T) {
 				t.Fatalf("ParseTime(%q) = %v, %v; want %v (refused: %v)", c.in, got, err, c.want, c.bad)
 			}
 		})
+	}
+}
+
+// TestAnEmptyPageWhoseScanRanOutDoesNotSayNothingMatches: a page that found nothing in
+// its scan budget but hands out a cursor says more may match, not "no messages match".
+func TestAnEmptyPageWhoseScanRanOutDoesNotSayNothingMatches(t *testing.T) {
+	var b strings.Builder
+	if err := (ops.MessagePage{Scanned: ops.ScanBudget, NextCursor: "MTA"}).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); strings.Contains(got, "no messages match\n") || !strings.Contains(got, "more may match") {
+		t.Errorf("an empty page whose scan ran out reads %q", got)
 	}
 }

@@ -30,6 +30,14 @@ type RequeueRequest struct {
 	Until  string  `json:"until,omitempty"`
 	Limit  *int    `json:"limit,omitempty"`
 	All    bool    `json:"all,omitempty"`
+	// FromID and ToID bound the ids (both included); Key and Topic match exactly;
+	// ErrorContains is a case-insensitive substring of the last error. They narrow a
+	// stream's failed messages, as the console's filters do.
+	FromID        int64  `json:"from_id,omitempty"`
+	ToID          int64  `json:"to_id,omitempty"`
+	Key           string `json:"key,omitempty"`
+	Topic         string `json:"topic,omitempty"`
+	ErrorContains string `json:"error_contains,omitempty"`
 }
 
 // RequeueResult is the answer to a requeue, and `outboxd requeue --json`.
@@ -53,10 +61,12 @@ func (r RequeueRequest) Check(now time.Time) error {
 // plan checks r, naming every problem of a filter at once: the one validation of a
 // requeue.
 func (r RequeueRequest) plan(now time.Time) (requeuePlan, error) {
-	filtered := r.Stream != "" || r.Since != "" || r.Until != "" || r.Limit != nil || r.All
+	filtered := r.Stream != "" || r.Since != "" || r.Until != "" || r.Limit != nil || r.All ||
+		r.FromID != 0 || r.ToID != 0 || r.Key != "" || r.Topic != "" || r.ErrorContains != ""
 	switch {
 	case r.IDs != nil && filtered:
-		return requeuePlan{}, invalid("give either ids or a filter (stream, since, until, limit or all), not both")
+		return requeuePlan{}, invalid("give either ids or a filter (stream, since, until, from_id, to_id, key, topic, error_contains, " +
+			"limit or all), not both")
 	case r.IDs != nil:
 		err := checkIDs(r.IDs, store.MaxRequeueBatch, " (requeue more by filter, or in several calls)")
 		return requeuePlan{ids: r.IDs}, err
@@ -64,10 +74,19 @@ func (r RequeueRequest) plan(now time.Time) (requeuePlan, error) {
 		return requeuePlan{}, invalid("name the messages to requeue: ids, or a stream with optional since, until " +
 			"(created_at) and a bound, limit N or all")
 	}
-	p := requeuePlan{filter: store.RequeueFilter{Stream: r.Stream}}
+	p := requeuePlan{filter: store.RequeueFilter{Stream: r.Stream, AfterID: max(r.FromID-1, 0), ToID: r.ToID,
+		Key: r.Key, Topic: r.Topic, ErrorContains: r.ErrorContains}}
 	var found []string
-	if msg := textProblem(r.Stream); msg != "" {
-		found = append(found, "stream: "+msg)
+	for _, t := range []struct{ name, v string }{{"stream", r.Stream}, {"key", r.Key}, {"topic", r.Topic}, {"error_contains", r.ErrorContains}} {
+		if msg := textProblem(t.v); msg != "" {
+			found = append(found, t.name+": "+msg)
+		}
+	}
+	switch {
+	case r.FromID < 0 || r.ToID < 0:
+		found = append(found, "from_id and to_id: want message ids, whole numbers from 1")
+	case r.FromID > 0 && r.ToID > 0 && r.ToID < r.FromID:
+		found = append(found, fmt.Sprintf("to_id (%d) must not be below from_id (%d)", r.ToID, r.FromID))
 	}
 	var err error
 	if p.filter.Since, err = ParseTime(r.Since, now); err != nil {

@@ -82,6 +82,10 @@ func (s Stats) WriteText(w io.Writer) error {
 // WriteText writes p's messages as a table for a person, times in the local zone and
 // each last error on one line of at most 80 characters.
 func (p MessagePage) WriteText(w io.Writer) error {
+	if len(p.Messages) == 0 && p.NextCursor != "" {
+		_, err := fmt.Fprintf(w, "no messages match in the %d rows scanned; more may match after them (narrow the filter, or go on with the cursor)\n", p.Scanned)
+		return err
+	}
 	if len(p.Messages) == 0 {
 		_, err := fmt.Fprintln(w, "no messages match")
 		return err

@@ -45,12 +45,16 @@ const (
 	maxRequestBytes = 1<<20 - 1<<10
 
 	// batchMessages caps the messages of one produce request per partition; a claim
-	// with more for one partition goes in several requests. It covers a default claim
-	// (100) ten times over, and 1000 messages of 1 KiB already fill maxRequestBytes.
-	// kafka-go allocates a slice of this capacity for every partition batch, which is
-	// why it is not config's largest batch_size (10000): that allocated 5 MB per publish
-	// of 100 messages and halved BenchmarkPublish/batch=100.
-	batchMessages = 1000
+	// with more for one partition goes in several requests. 1000 messages of 1 KiB
+	// already fill maxRequestBytes. kafka-go allocates a slice of its BatchSize's
+	// capacity for every partition batch, so a publish of 100 messages to 8 partitions
+	// allocated 1.2 MB with it (76 % of a Kafka drain's allocations, a quarter of its
+	// CPU in the allocator and the collector). smallBatchMessages is therefore the
+	// batch size of a second writer, which serves every Publish of at most that many
+	// messages (a default claim is 100): one call still fits one request per
+	// partition, with an eighth of the allocation. docs/benchmarks.md has the figures.
+	batchMessages      = 1000
+	smallBatchMessages = 128
 
 	// batchLinger is how long a partition batch that is not full waits for messages
 	// from other calls. kafka-go's default (1 s) made every synchronous write take a
@@ -90,7 +94,12 @@ type Driver struct {
 	writeTimeout time.Duration
 	connect      func() *kafka.Transport // builds a transport with this driver's settings
 	transport    *kafka.Transport
-	writer       *kafka.Writer
+	// writer takes every Publish of at most smallBatchMessages messages; large, built
+	// at the first larger one, takes those. Both share transport.
+	writer    *kafka.Writer
+	newWriter func(batchSize int) *kafka.Writer
+	largeOnce sync.Once
+	large     *kafka.Writer
 
 	// mu is held for reading by every Publish and for writing by Close, so Close
 	// waits for publishes in flight and none starts on a closed writer.
@@ -153,28 +162,31 @@ func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 		}
 	}
 	d.transport = d.connect()
-	d.writer = &kafka.Writer{
-		Addr:                   d.addr,
-		Balancer:               &kafka.Murmur2Balancer{},
-		MaxAttempts:            writeAttempts,
-		WriteBackoffMin:        minWriteBackoff,
-		WriteBackoffMax:        writeBackoffMax,
-		BatchSize:              batchMessages,
-		BatchBytes:             maxRequestBytes,
-		BatchTimeout:           batchLinger,
-		ReadTimeout:            writeTimeout,
-		WriteTimeout:           writeTimeout,
-		RequiredAcks:           kafka.RequireAll,
-		Compression:            compression,
-		Transport:              d.transport,
-		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
-		Completion:             acknowledge,
-		// Every failure is returned to the caller, who logs it; kafka-go's per-attempt
-		// lines are detail for debugging.
-		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
-			d.log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
-		}),
+	d.newWriter = func(batchSize int) *kafka.Writer {
+		return &kafka.Writer{
+			Addr:                   d.addr,
+			Balancer:               &kafka.Murmur2Balancer{},
+			MaxAttempts:            writeAttempts,
+			WriteBackoffMin:        minWriteBackoff,
+			WriteBackoffMax:        writeBackoffMax,
+			BatchSize:              batchSize,
+			BatchBytes:             maxRequestBytes,
+			BatchTimeout:           batchLinger,
+			ReadTimeout:            writeTimeout,
+			WriteTimeout:           writeTimeout,
+			RequiredAcks:           kafka.RequireAll,
+			Compression:            compression,
+			Transport:              d.transport,
+			AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
+			Completion:             acknowledge,
+			// Every failure is returned to the caller, who logs it; kafka-go's per-attempt
+			// lines are detail for debugging.
+			ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
+				d.log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
+			}),
+		}
 	}
+	d.writer = d.newWriter(smallBatchMessages)
 	return d, nil
 }
 
@@ -188,11 +200,23 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	err := d.writer.Close()
+	if d.large != nil {
+		err = errors.Join(err, d.large.Close())
+	}
 	d.transport.CloseIdleConnections()
 	if err != nil {
 		return fmt.Errorf("close kafka driver %q: %w", d.name, err)
 	}
 	return nil
+}
+
+// writerFor is the writer of a Publish of n messages.
+func (d *Driver) writerFor(n int) *kafka.Writer {
+	if n <= smallBatchMessages {
+		return d.writer
+	}
+	d.largeOnce.Do(func() { d.large = d.newWriter(batchMessages) })
+	return d.large
 }
 
 func codec(name string) (kafka.Compression, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -71,9 +70,13 @@ func (c *publishCall) run() {
 	c.tickets = make([]ticket, n)
 	c.acks.done = make([]bool, n)
 	var topics []string
+	var stream []byte
 	for i := range c.msgs {
 		c.tickets[i] = ticket{acks: &c.acks, i: i}
-		c.batch[i] = message(&c.msgs[i], &c.tickets[i])
+		if string(stream) != c.msgs[i].Stream {
+			stream = []byte(c.msgs[i].Stream)
+		}
+		c.batch[i] = message(&c.msgs[i], &c.tickets[i], stream)
 		topic := c.msgs[i].Topic
 		switch size := requestSize(&c.batch[i]); {
 		case topic == "":
@@ -140,13 +143,15 @@ func (c *publishCall) send(idx []int) {
 	if len(idx) == 0 {
 		return
 	}
-	sub := make([]kafka.Message, len(idx))
-	topics := make([]string, len(idx))
-	for j, i := range idx {
-		sub[j] = c.batch[i]
-		topics[j] = c.msgs[i].Topic
+	sub, topics := c.batch, c.topics()
+	if len(idx) < len(c.batch) {
+		sub, topics = make([]kafka.Message, len(idx)), make([]string, len(idx))
+		for j, i := range idx {
+			sub[j] = c.batch[i]
+			topics[j] = c.msgs[i].Topic
+		}
 	}
-	err := c.d.writer.WriteMessages(c.wctx, sub...)
+	err := c.d.writerFor(len(c.msgs)).WriteMessages(c.wctx, sub...)
 	var each kafka.WriteErrors
 	if err == nil || errors.As(err, &each) {
 		for j, e := range spread(err, topics) {
@@ -161,6 +166,15 @@ func (c *publishCall) send(idx []int) {
 			c.out[i] = c.failure(topics[j], err)
 		}
 	}
+}
+
+// topics lists each message's topic, in order.
+func (c *publishCall) topics() []string {
+	out := make([]string, len(c.msgs))
+	for i := range c.msgs {
+		out[i] = c.msgs[i].Topic
+	}
+	return out
 }
 
 // failure is the error of a message to topic whose outcome err left unknown: the
@@ -307,18 +321,36 @@ func tooLarge(err error) bool {
 // message is m as kafka-go writes it: the producer's headers in name order, then the
 // outbox id, stream and message id (Kafka has no idempotent producer in kafka-go, so
 // consumers de-duplicate on it), which replace any producer header of the same name.
-func message(m *router.Message, t *ticket) kafka.Message {
+//
+// kafka-go only reads a header's value, so stream, when it holds m.Stream's bytes, is
+// shared by every message of a call, and the message id reuses the outbox id's bytes
+// when it is that id: a drain's allocations per message are what the broker needs.
+func message(m *router.Message, t *ticket, stream []byte) kafka.Message {
 	headers := make([]kafka.Header, 0, len(m.Headers)+3)
-	for _, name := range slices.Sorted(maps.Keys(m.Headers)) {
-		if name == router.HeaderID || name == router.HeaderStream || name == router.HeaderMessageID {
-			continue
+	if len(m.Headers) > 0 {
+		names := make([]string, 0, len(m.Headers))
+		for name := range m.Headers {
+			if name != router.HeaderID && name != router.HeaderStream && name != router.HeaderMessageID {
+				names = append(names, name)
+			}
 		}
-		headers = append(headers, kafka.Header{Key: name, Value: []byte(m.Headers[name])})
+		slices.Sort(names)
+		for _, name := range names {
+			headers = append(headers, kafka.Header{Key: name, Value: []byte(m.Headers[name])})
+		}
+	}
+	id := strconv.AppendInt(nil, m.ID, 10)
+	if string(stream) != m.Stream {
+		stream = []byte(m.Stream)
+	}
+	dedup := id // DedupID is the outbox id unless one of these is set
+	if m.MessageID != "" || m.RowDedupID != "" {
+		dedup = []byte(m.DedupID())
 	}
 	headers = append(headers,
-		kafka.Header{Key: router.HeaderID, Value: strconv.AppendInt(nil, m.ID, 10)},
-		kafka.Header{Key: router.HeaderStream, Value: []byte(m.Stream)},
-		kafka.Header{Key: router.HeaderMessageID, Value: []byte(m.DedupID())},
+		kafka.Header{Key: router.HeaderID, Value: id},
+		kafka.Header{Key: router.HeaderStream, Value: stream},
+		kafka.Header{Key: router.HeaderMessageID, Value: dedup},
 	)
 	return kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Payload, Headers: headers, WriterData: t}
 }

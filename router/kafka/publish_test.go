@@ -203,7 +203,7 @@ func TestAMessageAboveTheRequestLimitFailsAloneWithoutBeingSent(t *testing.T) {
 	msgs := numbered("big", 6, "a", "b", "c")
 	sized := func(i, size int) {
 		msgs[i].Payload = nil
-		base := requestSize(ptr(message(&msgs[i], nil)))
+		base := requestSize(ptr(message(&msgs[i], nil, nil)))
 		msgs[i].Payload = bytes.Repeat([]byte{'z'}, size-base)
 	}
 	sized(over, maxRequestBytes+1)
@@ -461,7 +461,7 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 		Headers: map[string]string{
 			"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed", router.HeaderMessageID: "spoofed",
 		}}
-	got := message(&m, nil).Headers
+	got := message(&m, nil, nil).Headers
 	want := []kafka.Header{
 		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")},
 		{Key: router.HeaderID, Value: []byte("42")}, {Key: router.HeaderStream, Value: []byte("orders")},
@@ -474,6 +474,37 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 		if got[i].Key != want[i].Key || !bytes.Equal(got[i].Value, want[i].Value) {
 			t.Fatalf("header %d is %s=%s, want %s=%s", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
 		}
+	}
+}
+
+func TestEachMessageCarriesItsOwnStreamAndMessageIDWhateverItsCallShares(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		m          router.Message
+		shared     []byte // the stream bytes the call holds from an earlier message
+		stream, id string
+	}{
+		{"a message of the stream the call holds shares its bytes",
+			router.Message{ID: 7, Stream: "orders"}, []byte("orders"), "orders", "7"},
+		{"a message of another stream than the call holds carries its own",
+			router.Message{ID: 7, Stream: "payments"}, []byte("orders"), "payments", "7"},
+		{"a message with a producer's message id carries that id",
+			router.Message{ID: 7, Stream: "orders", MessageID: "order-7"}, []byte("orders"), "orders", "order-7"},
+		{"a message with a row's de-duplication id carries that id",
+			router.Message{ID: 7, Stream: "orders", RowDedupID: "6f1c2a56"}, nil, "orders", "6f1c2a56"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := map[string]string{}
+			for _, h := range message(&tc.m, nil, tc.shared).Headers {
+				got[h.Key] = string(h.Value)
+			}
+			if got[router.HeaderStream] != tc.stream || got[router.HeaderMessageID] != tc.id || got[router.HeaderID] != "7" {
+				t.Fatalf("headers %v; want stream %q, message id %q, outbox id 7", got, tc.stream, tc.id)
+			}
+		})
 	}
 }
 
@@ -491,43 +522,61 @@ func TestAMessageWithoutATopicFailsAlone(t *testing.T) {
 
 func TestOnePublishIsOneProduceRequestPerPartition(t *testing.T) {
 	t.Parallel()
-	const partitions = 3
-	k := testenv.NewKafka(t, partitions, "events")
-	d := newDriver(t, testConfig(k.Addr()))
-	var mu sync.Mutex
-	requests := map[int32]int{} // partition → produce requests
-	k.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Cluster().KeepControl()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
-			for _, rp := range rt.Partitions {
-				requests[rp.Partition]++
+	spread := make([]string, 40)
+	for i := range spread {
+		spread[i] = "key-" + strconv.Itoa(i)
+	}
+	// Publishes of up to smallBatchMessages go through the small writer, larger ones
+	// through the large one; at either side of the line one call is one request.
+	cases := []struct {
+		name     string
+		messages int
+		keys     []string
+	}{
+		{"a default claim on one key fills one request", 100, []string{"hot"}},
+		{"a claim as large as the small writer's batch on one key fills one request", smallBatchMessages, []string{"hot"}},
+		{"a claim just above the small writer's batch on one key fills one request", smallBatchMessages + 1, []string{"hot"}},
+		{"a claim of 600 on one key fills one request", 600, []string{"hot"}},
+		{"a claim of 200 over 40 keys is one request per partition", 200, spread},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const partitions = 3
+			k := testenv.NewKafka(t, partitions, "events")
+			d := newDriver(t, testConfig(k.Addr()))
+			var mu sync.Mutex
+			requests := map[int32]int{} // partition → produce requests
+			k.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				k.Cluster().KeepControl()
+				mu.Lock()
+				defer mu.Unlock()
+				for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+					for _, rp := range rt.Partitions {
+						requests[rp.Partition]++
+					}
+				}
+				return nil, nil, false // only counting
+			})
+			const calls = 3
+			for range calls {
+				for i, err := range d.Publish(testCtx(t), numbered("events", tc.messages, tc.keys...)) {
+					if err != nil {
+						t.Fatalf("message %d: %v", i, err)
+					}
+				}
 			}
-		}
-		return nil, nil, false // only counting
-	})
-	keys := make([]string, 40)
-	for i := range keys {
-		keys[i] = "key-" + strconv.Itoa(i)
-	}
-	const calls = 5
-	for range calls {
-		for i, err := range d.Publish(testCtx(t), numbered("events", 200, keys...)) {
-			if err != nil {
-				t.Fatalf("message %d: %v", i, err)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(tc.keys) > 1 && len(requests) != partitions {
+				t.Fatalf("requests per partition %v; want all %d partitions used", requests, partitions)
 			}
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(requests) != partitions {
-		t.Fatalf("requests per partition %v; want all %d partitions used", requests, partitions)
-	}
-	for p, n := range requests {
-		if n != calls {
-			t.Fatalf("partition %d got %d produce requests for %d publishes, want one each (all: %v)", p, n, calls, requests)
-		}
+			for p, n := range requests {
+				if n != calls {
+					t.Fatalf("partition %d got %d produce requests for %d publishes, want one each (all: %v)", p, n, calls, requests)
+				}
+			}
+		})
 	}
 }
 
