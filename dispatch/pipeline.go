@@ -1,5 +1,6 @@
 // Package dispatch runs outboxd's loops: one pipeline per stream that claims, publishes
-// and writes back, the listener that wakes pipelines, and their circuit breakers.
+// and writes back, the listener that wakes pipelines, the shared poll that wakes those
+// with rows to claim (poller.go), and their circuit breakers.
 //
 // Invariants: a row is acknowledged only after the broker confirmed it; every
 // write-back presents the lease token of its claim, or, for a claim held in a
