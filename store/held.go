@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -154,27 +153,10 @@ func (s *Store) readClaimHeld(br pgx.BatchResults, stream string, limit int, c *
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("expire: %w", err)
 	}
-	rows, err = br.Query()
-	if err != nil {
+	if rows, err = br.Query(); err != nil {
 		return err
 	}
-	c.Messages = make([]Message, 0, limit)
-	var deferred *time.Time
-	var created pgtype.Timestamptz
-	for rows.Next() {
-		var m Message
-		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
-			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
-			rows.Close()
-			return fmt.Errorf("read row: %w", err)
-		}
-		m.Stream, m.CreatedAt = stream, finiteTime(created)
-		if deferred != nil {
-			m.DeferredSince = *deferred
-		}
-		c.Messages = append(c.Messages, m)
-	}
-	return rows.Err()
+	return readClaimed(rows, stream, limit, c)
 }
 
 // ErrNotHeld is returned for a token no transaction of this store holds: its claim was

@@ -193,6 +193,16 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 	if err != nil {
 		return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: %w", stream, err)
 	}
+	if err := readClaimed(rows, stream, limit, &c); err != nil {
+		return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: %w", stream, err)
+	}
+	return c, nil
+}
+
+// readClaimed reads the rows of a claim statement (claimSQL, heldClaimSQL: the same
+// columns) into c's messages, and c's LeaseUntil from them. It closes rows.
+func readClaimed(rows pgx.Rows, stream string, limit int, c *Claim) error {
+	defer rows.Close()
 	c.Messages = make([]Message, 0, limit)
 	var deferred *time.Time
 	var created pgtype.Timestamptz
@@ -200,8 +210,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		var m Message
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
 			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
-			rows.Close()
-			return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: read row: %w", stream, err)
+			return fmt.Errorf("read row: %w", err)
 		}
 		m.Stream, m.CreatedAt = stream, finiteTime(created)
 		if deferred != nil {
@@ -209,10 +218,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		}
 		c.Messages = append(c.Messages, m)
 	}
-	if err := rows.Err(); err != nil {
-		return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: %w", stream, err)
-	}
-	return c, nil
+	return rows.Err()
 }
 
 // Ack marks rows delivered: the broker confirmed them.
