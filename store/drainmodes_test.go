@@ -26,12 +26,14 @@ import (
 //   - transaction/update/external: transaction/update with the payload stored out of
 //     line (STORAGE EXTERNAL, toast_tuple_target 128).
 //
-// OUTBOXD_DRAIN_BACKLOG sets the backlog (100000), OUTBOXD_DRAIN_ROUNDS the rounds (3).
+// OUTBOXD_DRAIN_BACKLOG sets the backlog (100000), OUTBOXD_DRAIN_ROUNDS the rounds (3),
+// OUTBOXD_DRAIN_CLAIMERS the claimers (2; 8 is four replicas' default pipelines).
 //
 //	go test -run '^$' -bench DrainModes -benchtime 1x -timeout 60m ./store/
 func BenchmarkDrainModes(b *testing.B) {
 	backlog := envInt(b, "OUTBOXD_DRAIN_BACKLOG", 100000)
 	rounds := envInt(b, "OUTBOXD_DRAIN_ROUNDS", 3)
+	claimers := envInt(b, "OUTBOXD_DRAIN_CLAIMERS", 2)
 	type mode struct {
 		name      string
 		held, del bool
@@ -87,7 +89,7 @@ func BenchmarkDrainModes(b *testing.B) {
 					b.Fatal(err)
 				}
 				start := time.Now()
-				moved := drainModes(b, ctx, t.st, m.held, 2, 100)
+				moved := drainModes(b, ctx, t.st, m.held, claimers, 100)
 				elapsed := time.Since(start)
 				cancel()
 				if moved != backlog {
