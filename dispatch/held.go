@@ -46,17 +46,8 @@ func (p *Pipeline) writeBackHeld(ctx context.Context, claim store.Claim, o outco
 				return err
 			}
 			failed = append(failed, res.Expired...)
-			for _, r := range res.Expired {
-				failReason[r.ID] = "max_defer"
-			}
-			if k := len(res.Expired); k > 0 {
-				n.Failed += k
-				if n.FailReasons == nil {
-					n.FailReasons = map[string]int{}
-				}
-				n.FailReasons["max_defer"] += k
-			}
-			n.Deferred, n.LeaseConflicts = res.Changed-len(res.Expired), n.LeaseConflicts+res.Refused
+			k := deferExpired(res, failReason, &n)
+			n.Deferred, n.LeaseConflicts = res.Changed-k, n.LeaseConflicts+res.Refused
 		}
 		res, err := p.store.Commit(wctx, t, o.acks)
 		if err != nil {

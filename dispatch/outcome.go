@@ -207,17 +207,7 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 		{len(o.defers), func(wctx context.Context, _ bool) (store.WriteResult, error) {
 			res, err := p.store.Defer(wctx, t, o.defers, p.cfg.MaxDefer)
 			failed = append(failed, res.Expired...)
-			for _, r := range res.Expired {
-				failReason[r.ID] = "max_defer"
-			}
-			if n := len(res.Expired); n > 0 {
-				ev.Failed += n
-				if ev.FailReasons == nil {
-					ev.FailReasons = map[string]int{}
-				}
-				ev.FailReasons["max_defer"] += n
-				res.Changed -= n
-			}
+			res.Changed -= deferExpired(res, failReason, &ev)
 			return res.WriteResult, err
 		}, &ev.Deferred},
 		{len(o.releases), func(wctx context.Context, _ bool) (store.WriteResult, error) {
@@ -249,6 +239,23 @@ func (p *Pipeline) writeBack(ctx context.Context, claim store.Claim, o outcomes)
 	}
 	p.reportFailed(claim, o, failed, failReason)
 	return ev
+}
+
+// deferExpired records the rows a deferral failed for good because max_defer passed:
+// their reason for MessageFailed and ev's failure counts. It returns how many there were.
+func deferExpired(res store.DeferResult, failReason map[int64]string, ev *events.Iteration) int {
+	for _, r := range res.Expired {
+		failReason[r.ID] = "max_defer"
+	}
+	n := len(res.Expired)
+	if n > 0 {
+		ev.Failed += n
+		if ev.FailReasons == nil {
+			ev.FailReasons = map[string]int{}
+		}
+		ev.FailReasons["max_defer"] += n
+	}
+	return n
 }
 
 // reportFailed emits one MessageFailed per row this batch failed for good, exactly as
