@@ -47,7 +47,7 @@ func TestLeasesOfADeadReplicaAreReclaimedWithoutSpendingAttemptsAndDeliveredByAn
 	f := setup(t)
 	f.insert(t, "orders", 250)
 	// A replica claims and dies before writing anything back; its leases expire.
-	dead, err := f.store.Claim(f.ctx, "orders", 250, "dead-replica", time.Millisecond)
+	dead, err := f.store.Claim(f.ctx, "orders", 250, "dead-replica", time.Millisecond, store.Position{})
 	must(t, err)
 	if len(dead.Messages) != 250 {
 		t.Fatalf("dead replica claimed %d", len(dead.Messages))
@@ -218,7 +218,7 @@ func TestExpiredLeasesAreReclaimedWhileAnotherReplicaHoldsTheJanitorLock(t *test
 		t.Fatal("the first lock attempt on a fresh table failed")
 	}
 	defer frozen.Release(f.ctx)
-	dead, err := f.store.Claim(f.ctx, "orders", 30, "dead-replica", time.Millisecond)
+	dead, err := f.store.Claim(f.ctx, "orders", 30, "dead-replica", time.Millisecond, store.Position{})
 	must(t, err)
 	waitFor(t, 10*time.Second, "the leases to expire", func() bool {
 		var expired int

@@ -77,11 +77,11 @@ type crashable struct {
 
 var errCrashed = errors.New("replica crashed")
 
-func (c *crashable) Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error) {
+func (c *crashable) Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, from store.Position) (store.Claim, error) {
 	if c.dead.Load() {
 		return store.Claim{}, errCrashed
 	}
-	return c.Store.Claim(ctx, stream, limit, owner, ttl)
+	return c.Store.Claim(ctx, stream, limit, owner, ttl, from)
 }
 
 func (c *crashable) ClaimOrdered(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, cur *store.KeyCursor) (store.Claim, error) {

@@ -29,7 +29,9 @@ import (
 
 // Store is what a pipeline needs from the database.
 type Store interface {
-	Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
+	// Claim and ClaimHeld take rows after from (store.Position): a backlog's next batch
+	// resumes where its last one ended (drain).
+	Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, from store.Position) (store.Claim, error)
 	ClaimOrdered(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, cur *store.KeyCursor) (store.Claim, error)
 	Ack(ctx context.Context, token store.Token, ids []int64) (store.AckResult, error)
 	// AckAgain is Ack sent again after a try whose answer was lost (outcome.go).
@@ -42,7 +44,7 @@ type Store interface {
 	TryFlow(ctx context.Context, stream string) (*store.Lock, error)
 	// ClaimHeld claims as Claim, by row locks in a transaction that Commit or Rollback
 	// ends (transaction mode, held.go); the write-backs above run in it.
-	ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (store.Claim, error)
+	ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, from store.Position) (store.Claim, error)
 	Commit(ctx context.Context, token store.Token, acks []int64) (store.AckResult, error)
 	Rollback(ctx context.Context, token store.Token)
 }
@@ -281,7 +283,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		// until its lease expired. Shutdown waits for it (within its grace), then
 		// publishes or releases its rows. Only its own deadline (p.claim), which a
 		// healthy database path never reaches, abandons it.
-		claim, err := p.claim(hard, limit)
+		claim, err := p.claim(hard, limit, store.Position{})
 		claimTime := p.now().Sub(start)
 		if err != nil || !closed {
 			p.flow.park(ctx, p.now()) // a failed claim: the next one waits its backoff
@@ -375,14 +377,24 @@ func (p *Pipeline) takeSlot(ctx context.Context, slots chan struct{}) bool {
 // slot. It hands the slot back after a batch that was not full, a claim that failed,
 // the breaker leaving closed, or shutdown; Run's loop then decides how long to wait.
 // Ordered streams claim from Run's loop only: their key cursor is its own.
+//
+// Each next claim starts where the previous one ended (store.Position), so that it does
+// not step over the index entries of every row acknowledged since the last VACUUM; at
+// least every store.RescanEvery one starts from the beginning instead, and finds the rows that
+// landed behind the position (committed late, handed back, skipped while locked).
 func (p *Pipeline) drain(ctx, hard context.Context, claim store.Claim, claimTime time.Duration, limit int) {
+	scanned := p.now() // Run's claim started from the beginning
 	for {
+		from := claim.Last
 		p.process(ctx, hard, claim, claimTime)
 		if len(claim.Messages) < limit || limit < p.cfg.BatchSize || p.ordered != nil || ctx.Err() != nil || !p.closed() {
 			return
 		}
 		start := p.now()
-		next, err := p.claim(hard, limit)
+		if start.Sub(scanned) >= store.RescanEvery {
+			from, scanned = store.Position{}, start
+		}
+		next, err := p.claim(hard, limit, from)
 		if err != nil || len(next.Messages) == 0 {
 			return // Run's loop claims again, and reports a failure if it persists
 		}
@@ -408,7 +420,7 @@ func (p *Pipeline) closed() bool {
 // leaves its rows leased until the lease expires and the janitor hands them back:
 // nothing is lost. pgx closes a connection whose statement was interrupted, so the pool
 // discards it instead of reusing it mid-statement.
-func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
+func (p *Pipeline) claim(ctx context.Context, limit int, from store.Position) (store.Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseTTL-p.cfg.PublishTimeout)
 	defer cancel()
 	var c store.Claim
@@ -417,9 +429,9 @@ func (p *Pipeline) claim(ctx context.Context, limit int) (store.Claim, error) {
 	case p.ordered != nil:
 		c, err = p.store.ClaimOrdered(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, &p.cursor)
 	case p.cfg.Transaction:
-		c, err = p.store.ClaimHeld(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+		c, err = p.store.ClaimHeld(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, from)
 	default:
-		c, err = p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL)
+		c, err = p.store.Claim(ctx, p.cfg.Stream, limit, p.cfg.Owner, p.cfg.LeaseTTL, from)
 	}
 	p.reportExpired(c.Expired)
 	return c, err

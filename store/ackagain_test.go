@@ -3,6 +3,8 @@ package store_test
 import (
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/store"
 )
 
 // TestAnAcknowledgementSentAgainTellsItsOwnEarlierWriteFromATakeOver sends an
@@ -29,7 +31,7 @@ func TestAnAcknowledgementSentAgainTellsItsOwnEarlierWriteFromATakeOver(t *testi
 	if reclaimed, err := f.store.Reclaim(f.ctx, 100); err != nil || len(reclaimed) != 3 {
 		t.Fatalf("reclaim: %d rows, %v; want 3", len(reclaimed), err)
 	}
-	other, err := f.store.Claim(f.ctx, "orders", 2, "replica-other", time.Minute)
+	other, err := f.store.Claim(f.ctx, "orders", 2, "replica-other", time.Minute, store.Position{})
 	if err != nil || len(other.Messages) != 2 || other.IDs()[0] != ids[2] || other.IDs()[1] != ids[3] {
 		t.Fatalf("the other replica claimed %v (%v); want rows %v", other.IDs(), err, ids[2:4])
 	}

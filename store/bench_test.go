@@ -51,7 +51,7 @@ func BenchmarkClaimAck(b *testing.B) {
 				start := time.Now()
 				moved := 0
 				for i := 0; i < b.N; i++ {
-					c, err := st.Claim(f.ctx, "orders", batch, "bench", 30*time.Second)
+					c, err := st.Claim(f.ctx, "orders", batch, "bench", 30*time.Second, store.Position{})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -114,7 +114,7 @@ func BenchmarkOrderedClaimAck(b *testing.B) {
 				if v.ordered {
 					c, err = f.store.ClaimOrdered(f.ctx, "orders", batch, "bench", 30*time.Second, &cur)
 				} else {
-					c, err = f.store.Claim(f.ctx, "orders", batch, "bench", 30*time.Second)
+					c, err = f.store.Claim(f.ctx, "orders", batch, "bench", 30*time.Second, store.Position{})
 				}
 				if err != nil {
 					b.Fatal(err)

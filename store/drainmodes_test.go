@@ -24,7 +24,10 @@ import (
 //     committed in one round trip (store.ClaimHeld, Commit);
 //   - transaction/delete: the same with acknowledgement by DELETE;
 //   - transaction/update/external: transaction/update with the payload stored out of
-//     line (STORAGE EXTERNAL, toast_tuple_target 128).
+//     line (STORAGE EXTERNAL, toast_tuple_target 128);
+//   - lease/update/from-start, transaction/update/from-start: every claim walks the
+//     claim index from its start, as claims did before they resumed from the previous
+//     one's position (store.Position).
 //
 // OUTBOXD_DRAIN_BACKLOG sets the backlog (100000), OUTBOXD_DRAIN_ROUNDS the rounds (3),
 // OUTBOXD_DRAIN_CLAIMERS the claimers (2; 8 is four replicas' default pipelines).
@@ -38,6 +41,7 @@ func BenchmarkDrainModes(b *testing.B) {
 		name      string
 		held, del bool
 		external  bool
+		fromStart bool // every claim from the zero Position, as before positions
 	}
 	modes := []mode{
 		{name: "lease/update"},
@@ -45,6 +49,8 @@ func BenchmarkDrainModes(b *testing.B) {
 		{name: "transaction/update", held: true},
 		{name: "transaction/delete", held: true, del: true},
 		{name: "transaction/update/external", held: true, external: true},
+		{name: "lease/update/from-start", fromStart: true},
+		{name: "transaction/update/from-start", held: true, fromStart: true},
 	}
 	if only := os.Getenv("OUTBOXD_DRAIN_MODES"); only != "" {
 		modes = slices.DeleteFunc(modes, func(m mode) bool { return !slices.Contains(splitComma(only), m.name) })
@@ -89,7 +95,7 @@ func BenchmarkDrainModes(b *testing.B) {
 					b.Fatal(err)
 				}
 				start := time.Now()
-				moved := drainModes(b, ctx, t.st, m.held, claimers, 100)
+				moved := drainModes(b, ctx, t.st, m.held, m.fromStart, claimers, 100)
 				elapsed := time.Since(start)
 				cancel()
 				if moved != backlog {
@@ -117,7 +123,7 @@ func median(v []float64) float64 {
 
 // drainModes drains stream orders with workers claimers of batch rows each until a
 // claim comes back empty, and returns how many rows were acknowledged.
-func drainModes(b *testing.B, ctx context.Context, st *store.Store, held bool, workers, batch int) int {
+func drainModes(b *testing.B, ctx context.Context, st *store.Store, held, fromStart bool, workers, batch int) int {
 	var mu sync.Mutex
 	moved := 0
 	var wg sync.WaitGroup
@@ -125,20 +131,34 @@ func drainModes(b *testing.B, ctx context.Context, st *store.Store, held bool, w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// As a pipeline drains: after a full claim the next starts where it
+			// ended, from the start every store.RescanEvery and after a short claim.
+			var from store.Position
+			scanned := time.Now()
 			for {
+				if time.Since(scanned) >= store.RescanEvery {
+					from, scanned = store.Position{}, time.Now()
+				}
 				var c store.Claim
 				var err error
 				if held {
-					c, err = st.ClaimHeld(ctx, "orders", batch, "bench", 30*time.Second)
+					c, err = st.ClaimHeld(ctx, "orders", batch, "bench", 30*time.Second, from)
 				} else {
-					c, err = st.Claim(ctx, "orders", batch, "bench", 30*time.Second)
+					c, err = st.Claim(ctx, "orders", batch, "bench", 30*time.Second, from)
 				}
 				if err != nil {
 					b.Error(err)
 					return
 				}
+				if len(c.Messages) == 0 && !from.IsZero() {
+					from, scanned = store.Position{}, time.Now()
+					continue
+				}
 				if len(c.Messages) == 0 {
 					return
+				}
+				if from = c.Last; len(c.Messages) < batch || fromStart {
+					from, scanned = store.Position{}, time.Now()
 				}
 				var res store.AckResult
 				if held {

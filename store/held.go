@@ -35,13 +35,15 @@ import (
 // published with one derived from the row's identity, the same on every claim of the
 // row in this mode. Parameters: $1 stream, $2 limit, $3 the lease TTL in ms (reported
 // as the claim's LeaseUntil: the server ends the transaction once it idles that long),
-// $4 the stream's ttl in ms (0: none).
+// $4 the stream's ttl in ms (0: none), $5 and $6 the position to start after.
 const heldClaimSQL = `
 SELECT m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
        coalesce(m.dedup_id, md5('outboxd:' || m.tableoid::regclass::text || ':' || m.id)::uuid)::text,
-       m.attempts, m.created_at, m.deferred_since, now() + $3 * interval '1 millisecond'
+       m.attempts, m.created_at, m.deferred_since, now() + $3 * interval '1 millisecond',
+       m.available_at
 FROM {{table}} AS m
 WHERE stream = $1 AND status = 'pending' AND available_at <= now() AND {{live}}
+  AND (available_at, id) > ($5::timestamptz, $6::bigint)
 ORDER BY available_at, id
 LIMIT $2
 FOR UPDATE SKIP LOCKED`
@@ -72,13 +74,13 @@ func heldAcknowledgement(ack string) string {
 	return strings.Replace(held(ack), `$2::uuid IS NOT NULL`, `$2::uuid IS NOT NULL AND $3::text IS NOT NULL`, 1)
 }
 
-// ClaimHeld locks up to limit available pending rows of stream for owner (recorded on
-// the rows it acknowledges), oldest availability first, in a transaction that stays open on one of the pool's connections until Commit
+// ClaimHeld locks up to limit available pending rows of stream after from for owner
+// (recorded on the rows it acknowledges), oldest availability first, in a transaction that stays open on one of the pool's connections until Commit
 // or Rollback with the claim's token. The expiry sweep (expiry.go) runs first, in the
 // same transaction. ttl bounds the transaction: the server ends it, and so frees the
 // rows, once it has been idle that long. An empty claim holds nothing. A claim that
 // fails holds nothing either: its connection is closed, which rolls it back.
-func (s *Store) ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (Claim, error) {
+func (s *Store) ClaimHeld(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, from Position) (Claim, error) {
 	if limit <= 0 {
 		return Claim{}, fmt.Errorf("claim %s: limit must be positive, got %d", stream, limit)
 	}
@@ -102,7 +104,8 @@ func (s *Store) ClaimHeld(ctx context.Context, stream string, limit int, owner s
 	b.Queue("BEGIN")
 	b.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(ttl.Milliseconds(), 10))
 	b.Queue(s.sql.expire, stream, s.ttlMillis(stream), expireBatch, shortDuration(s.ttl[stream]))
-	b.Queue(s.sql.heldClaim, stream, limit, ttl.Milliseconds(), s.ttlMillis(stream))
+	at, id := from.args()
+	b.Queue(s.sql.heldClaim, stream, limit, ttl.Milliseconds(), s.ttlMillis(stream), at, id)
 	br := conn.SendBatch(ctx, b)
 	if err := s.readClaimHeld(br, stream, limit, &c); err != nil {
 		_ = br.Close()

@@ -15,7 +15,7 @@ func TestAHeldClaimsWriteBacksAreDatedWhenWrittenAndNameTheirOwner(t *testing.T)
 	t.Parallel()
 	f := setup(t)
 	f.insert(t, "orders", 2)
-	c, err := f.store.ClaimHeld(f.ctx, "orders", 2, "replica-x", 30*time.Second)
+	c, err := f.store.ClaimHeld(f.ctx, "orders", 2, "replica-x", 30*time.Second, store.Position{})
 	if err != nil || len(c.Messages) != 2 {
 		t.Fatalf("claim: %d rows, %v", len(c.Messages), err)
 	}

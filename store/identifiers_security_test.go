@@ -224,7 +224,7 @@ func TestEveryAcceptedTableNameRendersSQLThatRunsAsMeant(t *testing.T) {
 				t.Fatalf("notification on %s: %+v, %v", n.Channel(), note, err)
 			}
 
-			claim, err := st.Claim(ctx, "s", 10, "replica", time.Minute)
+			claim, err := st.Claim(ctx, "s", 10, "replica", time.Minute, store.Position{})
 			if err != nil || len(claim.Messages) != 2 {
 				t.Fatalf("claim: %d rows, %v", len(claim.Messages), err)
 			}

@@ -62,13 +62,17 @@ func newStatements(n table.Name) statements {
 // the lease is written in the same UPDATE it is drawn once, kept by every later claim
 // of the row, so a re-publish carries the id the broker may already hold. A row past
 // its expiry is left for the expiry sweep ({{live}}, expiry.go); the condition filters
-// the claim index's entries and does not change the walk.
+// the claim index's entries and does not change the walk. The walk starts after $7, $8
+// (Position): the index keeps an entry for every row acknowledged since the last
+// VACUUM, ahead of the pending ones, and a claim that resumes where the previous one
+// ended steps over none of them.
 // Parameters: $1 stream, $2 limit, $3 token, $4 owner, $5 lease TTL in milliseconds, $6
-// the stream's ttl in milliseconds (0: none).
+// the stream's ttl in milliseconds (0: none), $7 and $8 the position to start after.
 const claimSQL = `
 WITH picked AS (
     SELECT id FROM {{table}}
     WHERE stream = $1 AND status = 'pending' AND available_at <= now() AND {{live}}
+      AND (available_at, id) > ($7::timestamptz, $8::bigint)
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -80,7 +84,8 @@ SET status = 'leased', lease_token = $3, owner = $4,
 FROM picked
 WHERE m.id = picked.id
 RETURNING m.id, m.topic, m.key, m.headers, m.payload, coalesce(m.message_id, ''),
-          m.dedup_id::text, m.attempts, m.created_at, m.deferred_since, m.lease_until`
+          m.dedup_id::text, m.attempts, m.created_at, m.deferred_since, m.lease_until,
+          m.available_at`
 
 // The write-backs below share one rule: a row changes only while it is leased under the
 // presented token (status = 'leased' AND lease_token = $2). A lease that expired and was

@@ -74,6 +74,9 @@ type Claim struct {
 	// Expired lists the rows the expiry sweep right before the claim marked expired
 	// (expiry.go); they are reported even when the claim itself failed.
 	Expired []Expired
+	// Last is the claim order's position of the last row claimed, where the next claim
+	// of a backlog may start (Position); zero for an empty claim.
+	Last Position
 }
 
 // IDs lists the ids of the claimed messages in claim order.
@@ -170,13 +173,13 @@ func WithAckByDelete() Option {
 // Table is the outbox table this store works on.
 func (s *Store) Table() table.Name { return s.table }
 
-// Claim leases up to limit available pending rows of stream to owner for ttl, oldest
-// availability first, after expiring the stream's rows past their expiry (expiry.go).
+// Claim leases up to limit available pending rows of stream after from to owner for
+// ttl, oldest availability first, after expiring the stream's rows past their expiry (expiry.go).
 // An empty claim is not an error. A claim that fails once its
 // statement was sent (its context ended, the connection broke) returns the token it
 // leased under with the error: the database may have applied it, leaving rows leased
 // under that token until their lease expires.
-func (s *Store) Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration) (Claim, error) {
+func (s *Store) Claim(ctx context.Context, stream string, limit int, owner string, ttl time.Duration, from Position) (Claim, error) {
 	if limit <= 0 {
 		return Claim{}, fmt.Errorf("claim %s: limit must be positive, got %d", stream, limit)
 	}
@@ -189,7 +192,8 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 		return Claim{}, fmt.Errorf("claim %s: %w", stream, err)
 	}
 	c.Expired = expired
-	rows, err := s.pool.Query(ctx, s.sql.claim, stream, limit, c.Token, owner, ttl.Milliseconds(), s.ttlMillis(stream))
+	at, id := from.args()
+	rows, err := s.pool.Query(ctx, s.sql.claim, stream, limit, c.Token, owner, ttl.Milliseconds(), s.ttlMillis(stream), at, id)
 	if err != nil {
 		return Claim{Token: c.Token, Expired: expired}, fmt.Errorf("claim %s: %w", stream, err)
 	}
@@ -200,7 +204,7 @@ func (s *Store) Claim(ctx context.Context, stream string, limit int, owner strin
 }
 
 // readClaimed reads the rows of a claim statement (claimSQL, heldClaimSQL: the same
-// columns) into c's messages, and c's LeaseUntil from them. It closes rows.
+// columns) into c's messages, and c's LeaseUntil and Last from them. It closes rows.
 func readClaimed(rows pgx.Rows, stream string, limit int, c *Claim) error {
 	defer rows.Close()
 	c.Messages = make([]Message, 0, limit)
@@ -208,9 +212,13 @@ func readClaimed(rows pgx.Rows, stream string, limit int, c *Claim) error {
 	var created pgtype.Timestamptz
 	for rows.Next() {
 		var m Message
+		var at Position
 		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Headers, &m.Payload, &m.MessageID,
-			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil); err != nil {
+			&m.DedupID, &m.Attempts, &created, &deferred, &c.LeaseUntil, &at.at); err != nil {
 			return fmt.Errorf("read row: %w", err)
+		}
+		if at.id = m.ID; c.Last.before(at) {
+			c.Last = at
 		}
 		m.Stream, m.CreatedAt = stream, finiteTime(created)
 		if deferred != nil {

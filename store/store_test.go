@@ -79,7 +79,7 @@ func (f *fixture) row(t testing.TB, id int64) row {
 
 func (f *fixture) claim(t testing.TB, stream string, limit int) store.Claim {
 	t.Helper()
-	c, err := f.store.Claim(f.ctx, stream, limit, "replica-test", 30*time.Second)
+	c, err := f.store.Claim(f.ctx, stream, limit, "replica-test", 30*time.Second, store.Position{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestEightConcurrentClaimersClaimEveryRowExactlyOnce(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for {
-				c, err := f.store.Claim(f.ctx, "orders", 100, fmt.Sprintf("replica-%d", w), 30*time.Second)
+				c, err := f.store.Claim(f.ctx, "orders", 100, fmt.Sprintf("replica-%d", w), 30*time.Second, store.Position{})
 				if err != nil {
 					errs <- err
 					return
@@ -441,10 +441,10 @@ func TestTheTableRefusesALeasedRowWithoutALease(t *testing.T) {
 func TestClaimRefusesNonsenseArguments(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := f.store.Claim(f.ctx, "orders", 0, "r", time.Second); err == nil {
+	if _, err := f.store.Claim(f.ctx, "orders", 0, "r", time.Second, store.Position{}); err == nil {
 		t.Fatal("limit 0 accepted")
 	}
-	if _, err := f.store.Claim(f.ctx, "orders", 10, "r", 0); err == nil {
+	if _, err := f.store.Claim(f.ctx, "orders", 10, "r", 0, store.Position{}); err == nil {
 		t.Fatal("zero lease TTL accepted")
 	}
 	if _, err := store.New(f.pg.Pool, f.pg.Table); err != nil {
@@ -481,7 +481,7 @@ func TestAckByDeleteRemovesOnlyRowsStillLeasedUnderTheToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.insert(t, "orders", 3)
-	c, err := s.Claim(f.ctx, "orders", 3, "r", time.Minute)
+	c, err := s.Claim(f.ctx, "orders", 3, "r", time.Minute, store.Position{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,16 +119,34 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 		for range b.opt.set.Concurrency {
 			g.Go(func() error {
 				var cur store.KeyCursor
+				// As a pipeline drains (dispatch.Pipeline.drain): each claim after a
+				// full one starts where it ended, every store.RescanEvery from the start.
+				var from store.Position
+				scanned := time.Now()
 				claim := func() (store.Claim, error) {
 					if b.opt.set.Ordered {
 						return b.store.ClaimOrdered(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, &cur)
 					}
-					return b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease)
+					if time.Since(scanned) >= store.RescanEvery {
+						from, scanned = store.Position{}, time.Now()
+					}
+					return b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, from)
 				}
 				for {
 					c, err := claim()
-					if err != nil || len(c.Messages) == 0 {
+					if err != nil {
 						return err
+					}
+					if len(c.Messages) == 0 && !from.IsZero() {
+						from, scanned = store.Position{}, time.Now()
+						continue
+					}
+					if len(c.Messages) == 0 {
+						return nil
+					}
+					from = c.Last
+					if len(c.Messages) < b.opt.set.BatchSize {
+						from, scanned = store.Position{}, time.Now()
 					}
 					res, err := b.store.Ack(gctx, c.Token, c.IDs())
 					if err != nil {

@@ -96,7 +96,7 @@ func TestAWriteBackDelayedPastItsDeadlineIsStillJudgedByItsLease(t *testing.T) {
 			if tc.takeOver {
 				reclaimed, err := st.Reclaim(ctx, 100)
 				must(t, err)
-				other, err := st.Claim(ctx, "s", 100, "other", time.Minute)
+				other, err := st.Claim(ctx, "s", 100, "other", time.Minute, store.Position{})
 				must(t, err)
 				res, err := st.Ack(ctx, other.Token, other.IDs())
 				must(t, err)

@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+// A claim from a position takes the rows after it in claim order, (available_at, id),
+// and reports its last row's position, whatever order the database returned its rows
+// in; a claim from the zero position takes every row, rows available since -infinity
+// first. Both claim modes read the same way.
+func TestAClaimFromAPositionTakesOnlyTheRowsAfterItInClaimOrder(t *testing.T) {
+	t.Parallel()
+	type claimFunc func(f *fixture, limit int, from store.Position) store.Claim
+	modes := map[string]claimFunc{
+		"by lease": func(f *fixture, limit int, from store.Position) store.Claim {
+			c, err := f.store.Claim(f.ctx, "orders", limit, "r", time.Minute, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.store.Release(f.ctx, c.Token, c.IDs()); err != nil { // hand the rows back
+				t.Fatal(err)
+			}
+			return c
+		},
+		"held in a transaction": func(f *fixture, limit int, from store.Position) store.Claim {
+			c, err := f.store.ClaimHeld(f.ctx, "orders", limit, "r", time.Minute, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Messages) > 0 {
+				if _, err := f.store.Commit(f.ctx, c.Token, nil); err != nil { // hand the rows back
+					t.Fatal(err)
+				}
+			}
+			return c
+		},
+	}
+	for name, claim := range modes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			// Ids 1..6 in insertion order; their availability puts them in claim order
+			// 3, 6, 1, 4, 2, 5 (-infinity first, ties by id).
+			var ids []int64
+			for _, at := range []string{"'2020-01-02'", "'2020-01-03'", "'-infinity'", "'2020-01-02'", "'2020-01-03'", "'-infinity'"} {
+				var id int64
+				if err := f.pg.Pool.QueryRow(context.Background(), `INSERT INTO `+f.pg.Table.Qualified()+
+					` (stream, topic, payload, available_at) VALUES ('orders', 't', '\x00', `+at+`) RETURNING id`).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			order := []int64{ids[2], ids[5], ids[0], ids[3], ids[1], ids[4]}
+			sorted := func(c store.Claim) []int64 { s := c.IDs(); slices.Sort(s); return s }
+
+			// Claims of 3: the first's last row (id 1) is not its highest id (6).
+			var got [][]int64
+			var from store.Position
+			for range 2 {
+				c := claim(f, 3, from)
+				if len(c.Messages) != 3 || c.Last.IsZero() {
+					t.Fatalf("claim from %v: %d rows, last %v; want 3 and a position", from, len(c.Messages), c.Last)
+				}
+				got = append(got, sorted(c))
+				from = c.Last
+			}
+			want := [][]int64{sorted3(order[:3]), sorted3(order[3:])}
+			if !slices.EqualFunc(got, want, slices.Equal) {
+				t.Fatalf("claims from each previous claim's position took %v; want %v", got, want)
+			}
+			if c := claim(f, 10, from); len(c.Messages) != 0 || !c.Last.IsZero() {
+				t.Fatalf("a claim after the last row took %v, last %v", c.IDs(), c.Last)
+			}
+			if c := claim(f, 10, store.Position{}); len(c.Messages) != 6 {
+				t.Fatalf("a claim from the zero position took %d rows; want all 6", len(c.Messages))
+			}
+		})
+	}
+}
+
+func sorted3(ids []int64) []int64 { s := slices.Clone(ids); slices.Sort(s); return s }
