@@ -48,11 +48,7 @@ func TestTransactionModeDeliversEveryRowThroughKilledConnectionsAndRestarts(t *t
 				return router.Unreachable(fmt.Errorf("dial tcp: connection refused"))
 			case x < 103:
 				// Kill every session holding the table: this batch's transaction among them.
-				var n int64
-				if err := f.pg.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-					WHERE relation = $1::regclass AND mode = 'RowShareLock' AND pid <> pg_backend_pid()`, f.pg.Table.Qualified()).Scan(&n); err == nil {
-					kills.Add(n)
-				}
+				kills.Add(f.killTableSessions(""))
 			case x < 106:
 				select { // a slow publish, for restarts to catch in flight
 				case <-time.After(20 * time.Millisecond):

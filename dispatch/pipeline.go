@@ -383,18 +383,16 @@ func (p *Pipeline) takeSlot(ctx context.Context, slots chan struct{}) bool {
 // least every store.RescanEvery one starts from the beginning instead, and finds the rows that
 // landed behind the position (committed late, handed back, skipped while locked).
 func (p *Pipeline) drain(ctx, hard context.Context, claim store.Claim, claimTime time.Duration, limit int) {
-	scanned := p.now() // Run's claim started from the beginning
+	var resume store.Resume
+	resume.From(p.now()) // Run's claim, just made, started from the beginning
 	for {
-		from := claim.Last
+		resume.Claimed(claim, limit)
 		p.process(ctx, hard, claim, claimTime)
 		if len(claim.Messages) < limit || limit < p.cfg.BatchSize || p.ordered != nil || ctx.Err() != nil || !p.closed() {
 			return
 		}
 		start := p.now()
-		if start.Sub(scanned) >= store.RescanEvery {
-			from, scanned = store.Position{}, start
-		}
-		next, err := p.claim(hard, limit, from)
+		next, err := p.claim(hard, limit, resume.From(start))
 		if err != nil || len(next.Messages) == 0 {
 			return // Run's loop claims again, and reports a failure if it persists
 		}

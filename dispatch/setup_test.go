@@ -250,3 +250,18 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// killTableSessions terminates every other session holding the outbox table (a held
+// claim's transaction among them) and returns how many; 0 when the query fails. With
+// app set, only sessions of that application_name: a pooled session picked by its lock
+// may have moved on to other work by the time it is killed.
+func (f *fixture) killTableSessions(app string) int64 {
+	var n int64
+	if err := f.pg.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+		JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.relation = $1::regclass AND l.mode = 'RowShareLock' AND l.pid <> pg_backend_pid()
+		  AND ($2 = '' OR a.application_name = $2)`, f.pg.Table.Qualified(), app).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}

@@ -131,13 +131,13 @@ func drainModes(b *testing.B, ctx context.Context, st *store.Store, held, fromSt
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// As a pipeline drains: after a full claim the next starts where it
-			// ended, from the start every store.RescanEvery and after a short claim.
-			var from store.Position
-			scanned := time.Now()
+			// Claims resume as a pipeline's do (store.Resume), or always start from
+			// the start (fromStart).
+			var resume store.Resume
 			for {
-				if time.Since(scanned) >= store.RescanEvery {
-					from, scanned = store.Position{}, time.Now()
+				from := resume.From(time.Now())
+				if fromStart {
+					from = store.Position{}
 				}
 				var c store.Claim
 				var err error
@@ -150,15 +150,11 @@ func drainModes(b *testing.B, ctx context.Context, st *store.Store, held, fromSt
 					b.Error(err)
 					return
 				}
-				if len(c.Messages) == 0 && !from.IsZero() {
-					from, scanned = store.Position{}, time.Now()
+				if resume.Claimed(c, batch); len(c.Messages) == 0 {
+					if from.IsZero() {
+						return
+					}
 					continue
-				}
-				if len(c.Messages) == 0 {
-					return
-				}
-				if from = c.Last; len(c.Messages) < batch || fromStart {
-					from, scanned = store.Position{}, time.Now()
 				}
 				var res store.AckResult
 				if held {

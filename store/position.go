@@ -69,3 +69,29 @@ func compareTimestamptz(a, b pgtype.Timestamptz) int {
 // one's Last before one starts from the zero Position again: a row that landed behind
 // them waits about this long at most on their account.
 const RescanEvery = 200 * time.Millisecond
+
+// Resume says where each claim of a drain starts: after the previous claim's last row
+// while claims come back full, from the zero Position after a short one and at least
+// every RescanEvery. The zero Resume starts from the zero Position.
+type Resume struct {
+	from    Position
+	scanned time.Time // when the last claim from the zero Position was asked for
+}
+
+// From is where the claim about to be made at now starts.
+func (r *Resume) From(now time.Time) Position {
+	if r.scanned.IsZero() || now.Sub(r.scanned) >= RescanEvery {
+		r.from, r.scanned = Position{}, now
+	}
+	return r.from
+}
+
+// Claimed records the claim just made with limit: a full one is resumed after, and a
+// short one (the backlog drained, or what remains lies behind) sends the next to the start.
+func (r *Resume) Claimed(c Claim, limit int) {
+	if len(c.Messages) < limit {
+		r.from, r.scanned = Position{}, time.Time{}
+		return
+	}
+	r.from = c.Last
+}

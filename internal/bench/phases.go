@@ -119,34 +119,26 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 		for range b.opt.set.Concurrency {
 			g.Go(func() error {
 				var cur store.KeyCursor
-				// As a pipeline drains (dispatch.Pipeline.drain): each claim after a
-				// full one starts where it ended, every store.RescanEvery from the start.
-				var from store.Position
-				scanned := time.Now()
-				claim := func() (store.Claim, error) {
-					if b.opt.set.Ordered {
-						return b.store.ClaimOrdered(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, &cur)
-					}
-					if time.Since(scanned) >= store.RescanEvery {
-						from, scanned = store.Position{}, time.Now()
-					}
-					return b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, from)
-				}
+				// Claims resume as a pipeline's do (store.Resume); the drain ends when
+				// a claim from the start finds nothing.
+				var resume store.Resume
 				for {
-					c, err := claim()
+					var c store.Claim
+					var err error
+					from := resume.From(time.Now())
+					if b.opt.set.Ordered {
+						c, err = b.store.ClaimOrdered(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, &cur)
+					} else {
+						c, err = b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, from)
+					}
 					if err != nil {
 						return err
 					}
-					if len(c.Messages) == 0 && !from.IsZero() {
-						from, scanned = store.Position{}, time.Now()
+					if resume.Claimed(c, b.opt.set.BatchSize); len(c.Messages) == 0 {
+						if from.IsZero() || b.opt.set.Ordered {
+							return nil
+						}
 						continue
-					}
-					if len(c.Messages) == 0 {
-						return nil
-					}
-					from = c.Last
-					if len(c.Messages) < b.opt.set.BatchSize {
-						from, scanned = store.Position{}, time.Now()
 					}
 					res, err := b.store.Ack(gctx, c.Token, c.IDs())
 					if err != nil {
