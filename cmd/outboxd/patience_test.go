@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,17 +17,26 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
-// freeLoopbackAddr returns a loopback address nothing listens on (a port the kernel just
-// handed out and that was closed again).
+// freeLoopbackAddr returns a loopback address nothing listens on (a port it could listen
+// on a moment ago).
+//
+// The port lies below Linux's default ephemeral range (32768–60999): a port the kernel
+// handed out for ":0" could be handed out again, as another test's listener or as the
+// local end of an outgoing connection, before this test listens on it again (seen:
+// "bind: address already in use" in a full test run).
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		_ = ln.Close()
+		return addr
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return ""
 }
 
 // proxyTo opens a TCP proxy on addr that forwards every connection to target, until the
