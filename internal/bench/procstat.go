@@ -34,6 +34,27 @@ func procStat(pid int) (ppid int, cpuSeconds float64, ok bool) {
 	return ppid, float64(utime+stime) / clockTicks, true
 }
 
+// reapedCPU returns the CPU time (user + system, in seconds) of the children pid has
+// waited for: cutime and cstime of /proc/<pid>/stat, 0 where there is no such file.
+func reapedCPU(pid int) float64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 15 {
+		return 0
+	}
+	cutime, _ := strconv.ParseInt(f[13], 10, 64)
+	cstime, _ := strconv.ParseInt(f[14], 10, 64)
+	return float64(cutime+cstime) / clockTicks
+}
+
 // postmasterOf returns the PostgreSQL postmaster whose child backend is (a server
 // process of one of the bench's sessions), or ok false when backend is not a local
 // process named postgres: the server is elsewhere.
@@ -46,9 +67,11 @@ func postmasterOf(backend int) (pid int, ok bool) {
 	return pid, ok
 }
 
-// serverCPU sums the CPU time of a local PostgreSQL server: its postmaster and every
-// child of it. Processes that exited since an earlier reading take their time with them,
-// so a window's delta leaves out sessions that ended inside it.
+// serverCPU sums the CPU time of a local PostgreSQL server: its postmaster, every live
+// child of it, and the children it has reaped (sessions that ended). A session's time
+// moves from the live children to the reaped ones when it ends, so the sum never goes
+// back; without the reaped ones, a window in which sessions ended (other clients', or
+// the previous drain's) could read negative.
 func serverCPU(postmaster int) (seconds float64) {
 	entries, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range entries {
@@ -61,5 +84,5 @@ func serverCPU(postmaster int) (seconds float64) {
 			seconds += cpu
 		}
 	}
-	return seconds
+	return seconds + reapedCPU(postmaster)
 }
