@@ -159,7 +159,7 @@ func TestTheDemoCountsEveryMessageAtARedisStream(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
 	code, out, errOut := outboxd(t, environ, "demo", "--driver", "redis", "--redis-addr", addr,
-		"--messages", "2000", "--producers", "2", "--lose-answer-every", "5", "--timeout", "1m", "--json")
+		"--messages", "2000", "--producers", "2", "--lose-answer-every", "2", "--timeout", "1m", "--json")
 	if code != 0 {
 		t.Fatalf("demo --driver redis: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
@@ -171,8 +171,10 @@ func TestTheDemoCountsEveryMessageAtARedisStream(t *testing.T) {
 		t.Fatalf("summary: %+v", s)
 	}
 	// A Redis stream keeps every copy: the batches whose answer was lost arrive twice.
+	// Every second batch, not every fifth: the demo's batches hold up to 500 messages, so
+	// a fast run can publish its 1,800 in four and never reach a fifth.
 	if s.Duplicates == 0 {
-		t.Errorf("no duplicates counted, though every fifth batch's answer was lost: %+v", s)
+		t.Errorf("no duplicates counted, though every second batch's answer was lost: %+v", s)
 	}
 }
 

@@ -61,7 +61,7 @@ func TestDemoDeliversToRabbitMQCountingRepublishesAsDuplicates(t *testing.T) {
 	url := testenv.RabbitMQURL(t)
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
 	code, out, errOut := outboxd(t, environ, "demo", "--driver", "rabbitmq", "--rabbitmq-url", url,
-		"--messages", "2000", "--lose-answer-every", "5", "--json")
+		"--messages", "2000", "--lose-answer-every", "2", "--json") // see the Redis test on why 2
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
