@@ -11,48 +11,51 @@ import (
 // Linux the bench runs on.
 const clockTicks = 100
 
-// procStat returns a process's parent and its CPU time (user + system) so far, in
-// seconds, from /proc/<pid>/stat; ok is false where there is no such file.
-func procStat(pid int) (ppid int, cpuSeconds float64, ok bool) {
+// statFields returns the fields of /proc/<pid>/stat from the third (the state) on, so
+// that field n is at index n-3; ok is false where there is no such file.
+func statFields(pid int) (f []string, ok bool) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return nil, false
 	}
 	// The command name, field 2, is in parentheses and may hold spaces: count from its end.
 	s := string(data)
 	end := strings.LastIndexByte(s, ')')
 	if end < 0 {
-		return 0, 0, false
+		return nil, false
 	}
-	f := strings.Fields(s[end+1:]) // f[0] is field 3, the state
-	if len(f) < 13 {
+	return strings.Fields(s[end+1:]), true
+}
+
+// ticksSeconds sums fields holding clock ticks, in seconds.
+func ticksSeconds(fields ...string) float64 {
+	var ticks int64
+	for _, v := range fields {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return float64(ticks) / clockTicks
+}
+
+// procStat returns a process's parent and its CPU time (user + system) so far, in
+// seconds, from /proc/<pid>/stat; ok is false where there is no such file.
+func procStat(pid int) (ppid int, cpuSeconds float64, ok bool) {
+	f, ok := statFields(pid)
+	if !ok || len(f) < 13 {
 		return 0, 0, false
 	}
 	ppid, _ = strconv.Atoi(f[1])
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return ppid, float64(utime+stime) / clockTicks, true
+	return ppid, ticksSeconds(f[11], f[12]), true // utime, stime
 }
 
 // reapedCPU returns the CPU time (user + system, in seconds) of the children pid has
 // waited for: cutime and cstime of /proc/<pid>/stat, 0 where there is no such file.
 func reapedCPU(pid int) float64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	f, ok := statFields(pid)
+	if !ok || len(f) < 15 {
 		return 0
 	}
-	s := string(data)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 15 {
-		return 0
-	}
-	cutime, _ := strconv.ParseInt(f[13], 10, 64)
-	cstime, _ := strconv.ParseInt(f[14], 10, 64)
-	return float64(cutime+cstime) / clockTicks
+	return ticksSeconds(f[13], f[14])
 }
 
 // postmasterOf returns the PostgreSQL postmaster whose child backend is (a server
