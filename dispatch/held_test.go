@@ -3,7 +3,6 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,12 +31,7 @@ func TestTransactionModeDeliversEveryRowThroughKilledConnectionsAndRestarts(t *t
 	refused := map[int64]int{} // retryable refusals per row: the attempts it may spend
 	rec := newRecorder()
 	newPub := func(seed uint64) *fakePublisher {
-		rng := rand.New(rand.NewPCG(seed, 7))
-		var rmu sync.Mutex
-		return newFakePublisher(func(ctx context.Context, m router.Message) error {
-			rmu.Lock()
-			x := rng.IntN(1000)
-			rmu.Unlock()
+		return dicePublisher(seed, 7, func(ctx context.Context, m router.Message, x int) error {
 			switch {
 			case x < 60:
 				refusedMu.Lock()

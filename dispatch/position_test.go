@@ -119,33 +119,23 @@ func TestEveryCommittedRowIsDeliveredWhileRowsLandBehindTheDrainsPositions(t *te
 	pf.store = st
 
 	var kills atomic.Int64
-	var mu sync.Mutex
-	confirmed := map[int64]int{}
-	newPub := func(seed uint64) *fakePublisher {
-		rng := rand.New(rand.NewPCG(seed, 11))
-		var rmu sync.Mutex
-		return newFakePublisher(func(ctx context.Context, m router.Message) error {
-			rmu.Lock()
-			x := rng.IntN(1000)
-			rmu.Unlock()
+	var pubs []*fakePublisher
+	for i, transaction := range []bool{true, true, false} {
+		pub := dicePublisher(uint64(i), 11, func(ctx context.Context, m router.Message, x int) error {
 			switch {
 			case x < 40:
 				return router.Retryable(errRefused)
 			case x < 42:
 				kills.Add(f.killTableSessions("claims"))
 			}
-			mu.Lock()
-			confirmed[m.ID]++
-			mu.Unlock()
 			return nil
 		})
-	}
-	for i, transaction := range []bool{true, true, false} {
+		pubs = append(pubs, pub)
 		run(t, pipeline(t, &pf, dispatch.PipelineConfig{
 			Owner: fmt.Sprintf("replica-%d", i), BatchSize: 50, Concurrency: 2, Transaction: transaction,
 			BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, MaxAttempts: 1000,
 			BreakerPause: 5 * time.Millisecond, BreakerMaxPause: 20 * time.Millisecond,
-		}, newPub(uint64(i)), nil))
+		}, pub, nil))
 	}
 
 	var committed, rolledBack sync.Map
@@ -176,8 +166,12 @@ func TestEveryCommittedRowIsDeliveredWhileRowsLandBehindTheDrainsPositions(t *te
 	must(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	must(t, err)
-	mu.Lock()
-	defer mu.Unlock()
+	confirmed := map[int64]int{}
+	for _, p := range pubs {
+		for id, n := range p.confirmedIDs() {
+			confirmed[id] += n
+		}
+	}
 	for _, id := range ids {
 		if confirmed[id] == 0 {
 			t.Fatalf("row %d is delivered in the table but no broker confirmed it", id)

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,19 @@ func (f *fakePublisher) confirmedIDs() map[int64]int {
 		out[k] = v
 	}
 	return out
+}
+
+// dicePublisher is a fakePublisher that rolls a die of 1,000 faces for each message,
+// from a generator seeded with seed, and lets outcome decide by the roll.
+func dicePublisher(seed, stream uint64, outcome func(ctx context.Context, m router.Message, roll int) error) *fakePublisher {
+	rng := rand.New(rand.NewPCG(seed, stream))
+	var mu sync.Mutex
+	return newFakePublisher(func(ctx context.Context, m router.Message) error {
+		mu.Lock()
+		roll := rng.IntN(1000)
+		mu.Unlock()
+		return outcome(ctx, m, roll)
+	})
 }
 
 // recorder collects events for assertions and lets tests await one.
