@@ -166,12 +166,7 @@ func TestEveryCommittedRowIsDeliveredWhileRowsLandBehindTheDrainsPositions(t *te
 	must(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	must(t, err)
-	confirmed := map[int64]int{}
-	for _, p := range pubs {
-		for id, n := range p.confirmedIDs() {
-			confirmed[id] += n
-		}
-	}
+	confirmed := confirmedBy(pubs)
 	for _, id := range ids {
 		if confirmed[id] == 0 {
 			t.Fatalf("row %d is delivered in the table but no broker confirmed it", id)

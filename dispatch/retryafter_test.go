@@ -84,12 +84,7 @@ func TestThreeDispatchersHonouringRetryAfterHintsDeliverEveryRow(t *testing.T) {
 	}
 	waitFor(t, 2*time.Minute, "every row delivered", func() bool { return f.counts(t)["delivered"] == total })
 
-	confirmed := map[int64]int{}
-	for _, p := range pubs {
-		for id, n := range p.confirmedIDs() {
-			confirmed[id] += n
-		}
-	}
+	confirmed := confirmedBy(pubs)
 	for _, id := range ids {
 		if confirmed[id] == 0 {
 			t.Fatalf("row %d is delivered in the table but no broker confirmed it", id)

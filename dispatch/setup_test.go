@@ -88,6 +88,17 @@ func dicePublisher(seed, stream uint64, outcome func(ctx context.Context, m rout
 	})
 }
 
+// confirmedBy sums the confirmed publishes of each id over pubs.
+func confirmedBy(pubs []*fakePublisher) map[int64]int {
+	confirmed := map[int64]int{}
+	for _, p := range pubs {
+		for id, n := range p.confirmedIDs() {
+			confirmed[id] += n
+		}
+	}
+	return confirmed
+}
+
 // recorder collects events for assertions and lets tests await one.
 type recorder struct {
 	mu     sync.Mutex
