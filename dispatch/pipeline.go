@@ -177,6 +177,7 @@ type Pipeline struct {
 
 	ordered OrderedPublisher // set for an ordered stream
 	cursor  store.KeyCursor  // where the next ordered claim resumes; Run's own
+	resume  store.Resume     // where the batch slots' next claim starts; shared by them
 	flow    flow             // parked or flowing; Run's own
 }
 
@@ -283,6 +284,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		// until its lease expired. Shutdown waits for it (within its grace), then
 		// publishes or releases its rows. Only its own deadline (p.claim), which a
 		// healthy database path never reaches, abandons it.
+		p.resume.Restart(start)
 		claim, err := p.claim(hard, limit, store.Position{})
 		claimTime := p.now().Sub(start)
 		if err != nil || !closed {
@@ -378,21 +380,20 @@ func (p *Pipeline) takeSlot(ctx context.Context, slots chan struct{}) bool {
 // the breaker leaving closed, or shutdown; Run's loop then decides how long to wait.
 // Ordered streams claim from Run's loop only: their key cursor is its own.
 //
-// Each next claim starts where the previous one ended (store.Position), so that it does
-// not step over the index entries of every row acknowledged since the last VACUUM; at
-// least every store.RescanEvery one starts from the beginning instead, and finds the rows that
+// Each next claim starts after the furthest row the slots have claimed (store.Resume,
+// shared by them), so that it steps neither over the index entries of every row
+// acknowledged since the last VACUUM nor over the rows the other slots took; at least
+// every store.RescanEvery one starts from the beginning instead, and finds the rows that
 // landed behind the position (committed late, handed back, skipped while locked).
 func (p *Pipeline) drain(ctx, hard context.Context, claim store.Claim, claimTime time.Duration, limit int) {
-	var resume store.Resume
-	resume.From(p.now()) // Run's claim, just made, started from the beginning
 	for {
-		resume.Claimed(claim, limit)
+		p.resume.Claimed(claim, limit)
 		p.process(ctx, hard, claim, claimTime)
 		if len(claim.Messages) < limit || limit < p.cfg.BatchSize || p.ordered != nil || ctx.Err() != nil || !p.closed() {
 			return
 		}
 		start := p.now()
-		next, err := p.claim(hard, limit, resume.From(start))
+		next, err := p.claim(hard, limit, p.resume.From(start))
 		if err != nil || len(next.Messages) == 0 {
 			return // Run's loop claims again, and reports a failure if it persists
 		}

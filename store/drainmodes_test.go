@@ -42,6 +42,7 @@ func BenchmarkDrainModes(b *testing.B) {
 		held, del bool
 		external  bool
 		fromStart bool // every claim from the zero Position, as before positions
+		own       bool // each claimer resumes after its own claims, not the furthest
 	}
 	modes := []mode{
 		{name: "lease/update"},
@@ -51,6 +52,7 @@ func BenchmarkDrainModes(b *testing.B) {
 		{name: "transaction/update/external", held: true, external: true},
 		{name: "lease/update/from-start", fromStart: true},
 		{name: "transaction/update/from-start", held: true, fromStart: true},
+		{name: "transaction/update/own-resume", held: true, own: true},
 	}
 	if only := os.Getenv("OUTBOXD_DRAIN_MODES"); only != "" {
 		modes = slices.DeleteFunc(modes, func(m mode) bool { return !slices.Contains(splitComma(only), m.name) })
@@ -95,7 +97,7 @@ func BenchmarkDrainModes(b *testing.B) {
 					b.Fatal(err)
 				}
 				start := time.Now()
-				moved := drainModes(b, ctx, t.st, m.held, m.fromStart, claimers, 100)
+				moved := drainModes(b, ctx, t.st, m.held, m.fromStart, m.own, claimers, 100)
 				elapsed := time.Since(start)
 				cancel()
 				if moved != backlog {
@@ -122,18 +124,22 @@ func median(v []float64) float64 {
 }
 
 // drainModes drains stream orders with workers claimers of batch rows each until a
-// claim comes back empty, and returns how many rows were acknowledged.
-func drainModes(b *testing.B, ctx context.Context, st *store.Store, held, fromStart bool, workers, batch int) int {
+// claim comes back empty, and returns how many rows were acknowledged. Claims resume as
+// a pipeline's do, from one store.Resume shared by the claimers, or from one each (own),
+// or always start from the start (fromStart).
+func drainModes(b *testing.B, ctx context.Context, st *store.Store, held, fromStart, own bool, workers, batch int) int {
 	var mu sync.Mutex
 	moved := 0
 	var wg sync.WaitGroup
+	shared := new(store.Resume)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Claims resume as a pipeline's do (store.Resume), or always start from
-			// the start (fromStart).
-			var resume store.Resume
+			resume := shared
+			if own {
+				resume = new(store.Resume)
+			}
 			for {
 				from := resume.From(time.Now())
 				if fromStart {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -70,28 +71,51 @@ func compareTimestamptz(a, b pgtype.Timestamptz) int {
 // them waits about this long at most on their account.
 const RescanEvery = 200 * time.Millisecond
 
-// Resume says where each claim of a drain starts: after the previous claim's last row
-// while claims come back full, from the zero Position after a short one and at least
-// every RescanEvery. The zero Resume starts from the zero Position.
+// Resume says where each claim of a stream's drain starts. One Resume is shared by the
+// claimers of a stream (a pipeline's batch slots) and is safe for concurrent use: while
+// claims come back full, the next starts after the furthest row any of them has claimed,
+// not after its own previous claim's last row, which would make every claim step over
+// the rows its neighbours took meanwhile (locked, or acknowledged and still indexed).
+// After a short claim the next starts from the zero Position, and at least every
+// RescanEvery one claim does. The zero Resume starts from the zero Position.
 type Resume struct {
-	from    Position
+	mu      sync.Mutex
+	from    Position  // the furthest last row of the full claims since the last short one
 	scanned time.Time // when the last claim from the zero Position was asked for
 }
 
-// From is where the claim about to be made at now starts.
+// From is where the claim about to be made at now starts: the zero Position when the
+// last claim from it is RescanEvery old (for this claim only: the others keep resuming
+// after the furthest row), else after the furthest row claimed.
 func (r *Resume) From(now time.Time) Position {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.scanned.IsZero() || now.Sub(r.scanned) >= RescanEvery {
-		r.from, r.scanned = Position{}, now
+		r.scanned = now
+		return Position{}
 	}
 	return r.from
 }
 
-// Claimed records the claim just made with limit: a full one is resumed after, and a
-// short one (the backlog drained, or what remains lies behind) sends the next to the start.
+// Restart records a claim from the zero Position made at now by other means, and
+// forgets how far the claims had got: it starts a new drain.
+func (r *Resume) Restart(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.from, r.scanned = Position{}, now
+}
+
+// Claimed records a claim made with limit: a full one moves the position to its last
+// row if that is further, and a short one (the backlog drained, or what remains lies
+// behind) sends the next claim to the start.
 func (r *Resume) Claimed(c Claim, limit int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if len(c.Messages) < limit {
 		r.from, r.scanned = Position{}, time.Time{}
 		return
 	}
-	r.from = c.Last
+	if r.from.before(c.Last) {
+		r.from = c.Last
+	}
 }

@@ -84,3 +84,54 @@ func TestAClaimFromAPositionTakesOnlyTheRowsAfterItInClaimOrder(t *testing.T) {
 }
 
 func sorted3(ids []int64) []int64 { s := slices.Clone(ids); slices.Sort(s); return s }
+
+// The claimers of one stream share a Resume: each next claim starts after the furthest
+// row any of them claimed, however the claims' records interleave (a slot that claimed
+// earlier may finish later). Resuming after a claimer's own last row would take the rows
+// a neighbour claimed meanwhile, here handed back so that taking them shows. A short
+// claim sends the next to the start, and RescanEvery after the last claim from the
+// start one goes there again, for that claim only.
+func TestClaimersSharingAResumeStartAfterTheFurthestRowAnyOfThemClaimed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.insert(t, "orders", 10)
+	claim := func(limit int, from store.Position) store.Claim {
+		t.Helper()
+		c, err := f.store.Claim(f.ctx, "orders", limit, "r", time.Minute, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.store.Release(f.ctx, c.Token, c.IDs()); err != nil { // hand the rows back
+			t.Fatal(err)
+		}
+		return c
+	}
+	now := time.Now()
+	var r store.Resume
+	if from := r.From(now); !from.IsZero() {
+		t.Fatalf("a new Resume starts at %v; want the zero position", from)
+	}
+	first := claim(3, store.Position{}) // rows 1-3
+	second := claim(3, first.Last)      // rows 4-6, by the other slot
+	r.Claimed(second, 3)                // recorded first
+	r.Claimed(first, 3)                 // recorded later: must not move the position back
+	next := claim(3, r.From(now.Add(time.Millisecond)))
+	if got, want := sorted3(next.IDs()), sorted3(claim(3, second.Last).IDs()); !slices.Equal(got, want) {
+		t.Fatalf("the next claim took %v; want the rows after the furthest claim, %v", got, want)
+	}
+	if from := r.From(now.Add(store.RescanEvery)); !from.IsZero() {
+		t.Fatalf("RescanEvery after the last claim from the start, a claim starts at %v; want the zero position", from)
+	}
+	if from := r.From(now.Add(store.RescanEvery + time.Millisecond)); from != second.Last {
+		t.Fatalf("the claim after a rescan starts at %v; want after the furthest row, %v", from, second.Last)
+	}
+	r.Claimed(claim(5, second.Last), 5) // 4 rows left after it: short
+	if from := r.From(now.Add(store.RescanEvery + 2*time.Millisecond)); !from.IsZero() {
+		t.Fatalf("after a short claim the next starts at %v; want the zero position", from)
+	}
+	r.Claimed(first, 3)
+	r.Restart(now.Add(store.RescanEvery + 3*time.Millisecond))
+	if from := r.From(now.Add(store.RescanEvery + 4*time.Millisecond)); !from.IsZero() {
+		t.Fatalf("after a restart the next claim starts at %v; want the zero position", from)
+	}
+}

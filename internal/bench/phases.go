@@ -116,12 +116,12 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 	lease := config.DefaultStream().LeaseTTL
 	start := time.Now()
 	for _, stream := range b.streams {
+		// Claims resume as a pipeline's do, from one store.Resume per stream shared
+		// by its claimers; a claimer stops when a claim from the start finds nothing.
+		resume := new(store.Resume)
 		for range b.opt.set.Concurrency {
 			g.Go(func() error {
 				var cur store.KeyCursor
-				// Claims resume as a pipeline's do (store.Resume); the drain ends when
-				// a claim from the start finds nothing.
-				var resume store.Resume
 				for {
 					var c store.Claim
 					var err error
