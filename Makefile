@@ -41,8 +41,11 @@ lint: ## golangci-lint with .golangci.yml (installs the pinned version when miss
 fmt: ## Format the .go files in place (gofmt -w)
 	$(if $(GOFILES),$(GOFMT) -l -w $(GOFILES))
 
-build: ## Build the static binary into bin/outboxd (the build deploy/Dockerfile runs)
+# bin/outboxd-bench carries bench and demo with their embedded brokers; bin/outboxd execs it
+# for `outboxd bench` and `outboxd demo`, and links none of it. The image needs outboxd only.
+build: ## Build the static binaries bin/outboxd (the build deploy/Dockerfile runs) and bin/outboxd-bench
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd ./cmd/outboxd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd-bench ./cmd/outboxd-bench
 
 bench: ## Run the benchmarks against an ensured PostgreSQL (ARGS= passed to go test)
 	@set -euo pipefail; trap 'outboxd_pg_stop || true' EXIT; . scripts/ensure-postgres.sh; \

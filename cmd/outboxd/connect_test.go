@@ -180,3 +180,16 @@ func TestConfigCheckConnectFindsAMissingInboxAndSaysHowToCreateIt(t *testing.T) 
 		t.Fatalf("with the inbox created: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
+
+func TestTheDiscardDriverTypeIsAcceptedAndTakesNoTLS(t *testing.T) {
+	t.Parallel()
+	environ := []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink"}
+	if code, out, errOut := outboxd(t, environ, "config", "check"); code != 0 || !strings.Contains(out, "type: discard") {
+		t.Fatalf("config check: exit %d, %q, %q", code, out, errOut)
+	}
+	environ = append(environ, "OUTBOXD_DRIVERS__SINK__TLS__ENABLED=true", "OUTBOXD_DRIVERS__SINK__URL=nats://n:4222")
+	code, _, errOut := outboxd(t, environ, "config", "check")
+	if code != 1 || !strings.Contains(errOut, "drivers.sink.tls.enabled: only valid for types kafka, nats, jetstream, http, redis and rabbitmq") || !strings.Contains(errOut, "drivers.sink.url: only valid") {
+		t.Fatalf("config check with TLS and a URL on a discard driver: exit %d, %q", code, errOut)
+	}
+}

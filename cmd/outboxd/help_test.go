@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// allVerbs is every verb outboxd dispatches; TestHelpCoversEveryVerb holds it to main's table.
-var allVerbs = []string{"bench", "config", "demo", "help", "messages", "migrate", "replay", "requeue", "run", "skip", "stats", "version"}
+// allVerbs is every verb outboxd answers itself; TestHelpCoversEveryVerb holds it and
+// siblingVerbs, those outboxd-bench answers (forward_test.go), to main's table.
+var allVerbs = []string{"config", "help", "messages", "migrate", "replay", "requeue", "run", "skip", "stats", "version"}
 
 func TestEveryVerbAnswersHelpAndRefusesUnknownFlags(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
-	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/ops"
 )
 
@@ -129,7 +128,7 @@ func requeueCmd(ctx context.Context, e env) error {
 		var progress func(done, target int64)
 		finish := func() {}
 		if !*asJSON {
-			progress, finish = ops.Progress(e.stderr, bench.IsTerminal(e.stderr))
+			progress, finish = ops.Progress(e.stderr, ops.IsTerminal(e.stderr))
 		}
 		res, err := o.Requeue(ctx, req, progress)
 		finish()

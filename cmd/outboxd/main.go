@@ -1,6 +1,10 @@
 // Command outboxd delivers rows of a transactional outbox table in PostgreSQL to Kafka
 // and NATS. It parses the command line, answers help and maps errors to exit codes;
 // configuration and hands over to the packages that do the work.
+//
+// Invariant: outboxd links neither internal/bench nor internal/demo, nor the brokers they
+// embed; its bench and demo verbs exec the outboxd-bench beside it (forward.go), and
+// TestOutboxdLinksNoneOfTheBenchsBrokers holds the built binary to that.
 package main
 
 import (
@@ -76,19 +80,20 @@ func run(ctx context.Context, e env) int {
 }
 
 // commands maps each verb to its implementation. Every verb answers -h and --help
-// before doing anything else (TestEveryVerbAnswersHelp holds them to it).
+// before doing anything else (TestEveryVerbAnswersHelp holds them to it); bench and demo
+// by outboxd-bench, which they exec (forward.go).
 var commands map[string]func(context.Context, env) error
 
 func init() {
 	commands = map[string]func(context.Context, env) error{
 		"run":      runCmd,
-		"demo":     demoCmd,
+		"demo":     forwardCmd("demo"),
 		"stats":    statsCmd,
 		"messages": messagesCmd,
 		"requeue":  requeueCmd,
 		"skip":     skipCmd,
 		"replay":   replayCmd,
-		"bench":    benchCmd,
+		"bench":    forwardCmd("bench"),
 		"migrate":  migrateCmd,
 		"config":   configCmd,
 		"version":  versionCmd,

@@ -20,8 +20,10 @@ type runThenClean struct{ m *testing.M }
 
 func (r runThenClean) Run() int {
 	code := r.m.Run()
-	if migrateCLIDir != "" {
-		_ = os.RemoveAll(migrateCLIDir)
+	for _, dir := range []string{migrateCLIDir, binaries.dir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	return code
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/ops"
 )
 
@@ -35,7 +34,7 @@ func replayCmd(ctx context.Context, e env) error {
 		}
 		finish := func() {}
 		if !*asJSON {
-			opt.Progress, finish = ops.ProgressOf(e.stderr, bench.IsTerminal(e.stderr), "replayed")
+			opt.Progress, finish = ops.ProgressOf(e.stderr, ops.IsTerminal(e.stderr), "replayed")
 		}
 		res, err := o.Replay(ctx, req, opt)
 		finish()

@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"strings"
 
 	"github.com/outboxd/outboxd/internal/app"
-	"github.com/outboxd/outboxd/internal/bench"
-	"github.com/outboxd/outboxd/internal/demo"
 )
 
-// The flag parsing of the verbs whose bodies live in internal/app, bench and demo.
+// The flag parsing of the verbs whose bodies live in internal/app. bench and demo live in
+// outboxd-bench (forward.go).
 
 func runCmd(ctx context.Context, e env) error {
 	fs := newFlags("run", e.stderr)
@@ -52,30 +49,6 @@ func migrateCmd(ctx context.Context, e env) error {
 	return asUsage[app.UsageError](app.MigrateOutboxes(ctx, cfg, *outbox, sub, all, fs.Args(), e.stdout))
 }
 
-func demoCmd(ctx context.Context, e env) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	o := demo.DefaultOptions()
-	o.Register(fs)
-	if err := parseFlags(fs, e.args); err != nil {
-		return err
-	}
-	o.DatabaseURL, o.Stdout, o.Stderr = lookupEnv(e.environ, "OUTBOXD_DATABASE_URL"), e.stdout, e.stderr
-	return asUsage[demo.OptionError](demo.Run(ctx, o))
-}
-
-func benchCmd(ctx context.Context, e env) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	o := bench.DefaultOptions()
-	o.Register(fs)
-	if err := parseNoArgs(fs, e.args); err != nil {
-		return err
-	}
-	o.Given = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })
-	o.Environ, o.Version, o.Stdout, o.Stderr = e.environ, version, e.stdout, e.stderr
-	return asUsage[bench.OptionError](bench.Run(ctx, o))
-}
-
 // asUsage turns a mistake in a verb's options, an error of type E, into a usage error.
 func asUsage[E interface {
 	~string
@@ -86,13 +59,4 @@ func asUsage[E interface {
 		return usageError{msg: oe.Error()}
 	}
 	return err
-}
-
-func lookupEnv(environ []string, key string) string {
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
 }

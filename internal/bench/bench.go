@@ -263,7 +263,7 @@ func Run(ctx context.Context, o Options) error {
 // setup finds the dispatcher binary, prepares the bench table and starts or reaches
 // the brokers.
 func (b *bench) setup(ctx context.Context) error {
-	bin, err := dispatcherBinary(b.opt.binary)
+	bin, err := dispatcherBinary(b.opt.binary, os.Executable)
 	if err != nil {
 		return err
 	}
@@ -361,23 +361,37 @@ func (b *bench) setup(ctx context.Context) error {
 	return nil
 }
 
-// dispatcherBinary is the outboxd executable the drain runs as its dispatcher. A test
-// binary is refused: run again, it would run the tests instead of outboxd.
-func dispatcherBinary(flagValue string) (string, error) {
+// dispatcherBinary is the outboxd executable the drain runs as its dispatcher: the one
+// --dispatcher-binary names, else the outboxd beside this executable (outboxd-bench,
+// which has no run verb; executable is os.Executable), symbolic links resolved. A test
+// binary is refused: beside it there is no outboxd, and run again it would run the tests.
+func dispatcherBinary(flagValue string, executable func() (string, error)) (string, error) {
 	if flagValue != "" {
 		if _, err := os.Stat(flagValue); err != nil {
 			return "", fmt.Errorf("bench: --dispatcher-binary: %w", err)
 		}
 		return flagValue, nil
 	}
-	self, err := os.Executable()
+	self, err := executable()
 	if err != nil {
-		return "", fmt.Errorf("bench: find this executable to run the dispatcher: %w (use --dispatcher-binary)", err)
+		return "", fmt.Errorf("bench: find this executable, beside which outboxd is looked for: %w (use --dispatcher-binary)", err)
 	}
 	if strings.HasSuffix(filepath.Base(self), ".test") {
 		return "", errors.New("bench: this is a test binary; build outboxd and pass it with --dispatcher-binary")
 	}
-	return self, nil
+	if resolved, err := filepath.EvalSymlinks(self); err == nil {
+		self = resolved
+	}
+	name := "outboxd"
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	bin := filepath.Join(filepath.Dir(self), name)
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("bench: no outboxd beside this executable to run as the drains' dispatcher (%w): "+
+			"build outboxd beside it (make build builds both) or pass --dispatcher-binary", err)
+	}
+	return bin, nil
 }
 
 // measure runs every phase, in an order that keeps each one's conditions alike: the

@@ -24,7 +24,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // optionsFrom fills Options from the flags in args that the tests here use, as
-// cmd/outboxd's flags would.
+// cmd/outboxd-bench's flags would.
 func optionsFrom(t *testing.T, args []string, environ ...string) Options {
 	t.Helper()
 	o := DefaultOptions()

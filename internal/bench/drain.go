@@ -21,7 +21,7 @@ import (
 // dispatcher, how many of them share the table, and the backlog.
 type drainSpec struct {
 	driver   string
-	binary   string // "": --dispatcher-binary's (or this executable)
+	binary   string // "": --dispatcher-binary's (or the outboxd beside this executable)
 	replicas int    // dispatcher processes on the one table; 0 is 1
 	messages int    // backlog; 0 is --messages
 	// filled: the backlog is in the table already (the large-backlog mode fills it once).

@@ -31,7 +31,7 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.RabbitMQURL, "rabbitmq-url", DefaultRabbitMQURL, "RabbitMQ for the rabbitmq driver (not started by the bench); it declares the exchange and durable queue "+benchRabbitQueue+" there and deletes them at the end")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object with every figure instead of the table, and no progress")
 	fs.BoolVar(&o.Quick, "quick", false, "small sizes, for tests and CI (flags given explicitly still win)")
-	fs.StringVar(&o.Binary, "dispatcher-binary", "", "outboxd binary run as the drain's dispatcher process (default: this executable)")
+	fs.StringVar(&o.Binary, "dispatcher-binary", "", "outboxd binary run as the drain's dispatcher process (default: the outboxd beside this executable)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a phase after this long")
 	fs.StringVar(&o.BaselineBinary, "baseline-binary", "", "A/B mode: run each drain with this outboxd (A) and with the current one (B), interleaved, --rounds times")
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "A/B pairs per driver with --baseline-binary")

@@ -13,7 +13,7 @@ import (
 	"github.com/outboxd/outboxd/router/driveropt"
 )
 
-// Options are outboxd bench's command line, as cmd/outboxd's flags fill them; each
+// Options are outboxd bench's command line, as cmd/outboxd-bench's flags fill them; each
 // field's flag is named in its comment. DefaultOptions gives every default.
 type Options struct {
 	Messages        int           // --messages: backlog size of the SQL ceiling and of each drain
@@ -37,7 +37,7 @@ type Options struct {
 	RabbitMQURL     string        // --rabbitmq-url ("": DefaultRabbitMQURL)
 	JSON            bool          // --json
 	Quick           bool          // --quick: small sizes where the flag was not given
-	Binary          string        // --dispatcher-binary ("": this executable)
+	Binary          string        // --dispatcher-binary ("": the outboxd beside this executable)
 	Timeout         time.Duration // --timeout: give up on a phase after this long
 
 	// A/B and the scale modes (scale.go, shapes.go); each runs only when its flag is given.
@@ -261,5 +261,5 @@ func lookupEnv(environ []string, key string) string {
 
 // ErrNotEmbedded is what starting an embedded broker reports in a build with the
 // noembed tag.
-var ErrNotEmbedded = errors.New("this outboxd was built with -tags noembed, without the embedded NATS server " +
+var ErrNotEmbedded = errors.New("this outboxd-bench was built with -tags noembed, without the embedded NATS server " +
 	"and Kafka-protocol broker")

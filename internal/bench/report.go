@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/ops"
 )
 
 // benchReport is one run's result; --json prints exactly these fields, whose names
@@ -291,18 +292,7 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, on bool) *progress {
-	return &progress{w: w, on: on, animate: on && IsTerminal(w)}
-}
-
-// IsTerminal reports whether w is a terminal, where a line rewritten in place reads as
-// progress; in a pipe or a file the same bytes are noise.
-func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return &progress{w: w, on: on, animate: on && ops.IsTerminal(w)}
 }
 
 // begin shows phase until end or stop; done reports how many of total are done.

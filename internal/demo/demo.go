@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/bench"
+	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/store"
@@ -145,7 +146,7 @@ func Run(ctx context.Context, o Options) error {
 	// Wait until everything committed has arrived, or the timeout.
 	// Progress is a line rewritten in place, so only on a terminal; elsewhere (a pipe, a
 	// log file, --json) nothing stands in for it: the summary follows within seconds.
-	showProgress := !o.JSON && bench.IsTerminal(o.Stderr)
+	showProgress := !o.JSON && ops.IsTerminal(o.Stderr)
 	deadline := time.After(o.Timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()

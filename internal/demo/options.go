@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Options are outboxd demo's command line, as cmd/outboxd's flags fill them; each
+// Options are outboxd demo's command line, as cmd/outboxd-bench's flags fill them; each
 // field's flag is named in its comment. DefaultOptions gives every default.
 type Options struct {
 	Messages        int           // --messages: messages to produce

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -90,6 +91,18 @@ func (r SkipResult) Summary(req SkipRequest) string {
 // terminal one line rewritten in place, which done ends; else a line per report.
 func Progress(w io.Writer, terminal bool) (progress func(done, target int64), done func()) {
 	return ProgressOf(w, terminal, "requeued")
+}
+
+// IsTerminal reports whether w is a terminal, where a line rewritten in place reads as
+// progress; in a pipe or a file the same bytes are noise. The progress of the CLI's bulk
+// operations, of the bench and of the demo asks it.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // ProgressOf is Progress for any bulk operation, each report saying "<verb> done/target".

@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/outboxd/outboxd/internal/testenv"
 )
 
-// TestABuildWithoutTheEmbeddedBrokersRefusesTheDemoSayingWhy builds outboxd with the
-// noembed tag (internal/bench's doc) and runs the demo, which needs the embedded NATS
+// TestABuildWithoutTheEmbeddedBrokersRefusesTheDemoSayingWhy builds outboxd-bench with
+// the noembed tag (internal/bench's doc) and runs the demo, which needs the embedded NATS
 // server: it must fail at once with the reason and the way out, not start half a demo.
 func TestABuildWithoutTheEmbeddedBrokersRefusesTheDemoSayingWhy(t *testing.T) {
 	t.Parallel()
-	bin := buildOutboxd(t, "noembed")
+	bin := testenv.GoBuild(t, ".", filepath.Join(t.TempDir(), "outboxd-bench"), "noembed")
 	cmd := exec.Command(bin, "demo", "--messages", "10")
 	cmd.Env = []string{"OUTBOXD_DATABASE_URL=postgres://nobody@127.0.0.1:1/none"}
 	var stderr bytes.Buffer

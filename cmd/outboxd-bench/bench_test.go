@@ -2,9 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"go/build"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,31 +10,13 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
-// buildOutboxd builds this command into a temporary directory. outboxd bench runs the
-// drain's dispatcher as a child process, and inside `go test` its own executable is the
-// test binary, so the test hands it a real outboxd with --dispatcher-binary. tags are
-// build tags (noembed).
-func buildOutboxd(t *testing.T, tags ...string) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "outboxd")
-	cmd := exec.Command(goTool, "build", "-tags", strings.Join(tags, ","), "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build outboxd for the bench's dispatcher process (needs the go tool on PATH): %v\n%s", err, out)
-	}
-	return bin
-}
-
 func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 	t.Parallel()
-	bin := buildOutboxd(t)
+	bin := dispatcher(t)
 	// A stream of the user's in the environment must not reach the child dispatcher,
 	// whose configuration would then be refused.
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t), "OUTBOXD_STREAMS__LEAK__DRIVER=nowhere"}
-	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--retained", "5000", "--dispatcher-binary", bin)
+	code, out, errOut := outboxdBench(t, environ, "bench", "--quick", "--json", "--retained", "5000", "--dispatcher-binary", bin)
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -120,9 +99,9 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 // backlog in the table, and the bench would count every message missing.
 func TestBenchAcknowledgingByDeleteDrainsWithDeletes(t *testing.T) {
 	t.Parallel()
-	bin := buildOutboxd(t)
+	bin := dispatcher(t)
 	dsn := testenv.EmptyDatabase(t)
-	code, out, errOut := outboxd(t, []string{"OUTBOXD_DATABASE_URL=" + dsn}, "bench", "--quick", "--json", "--ack", "delete",
+	code, out, errOut := outboxdBench(t, []string{"OUTBOXD_DATABASE_URL=" + dsn}, "bench", "--quick", "--json", "--ack", "delete",
 		"--drivers", "discard", "--dispatcher-binary", bin)
 	if code != 0 {
 		t.Fatalf("bench --ack delete: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -146,10 +125,10 @@ func TestBenchAcknowledgingByDeleteDrainsWithDeletes(t *testing.T) {
 // server with JetStream (the bench's stream is gone afterwards).
 func TestBenchUsesTheBrokersItIsGivenAndLeavesNothingThere(t *testing.T) {
 	t.Parallel()
-	bin := buildOutboxd(t)
+	bin := dispatcher(t)
 	ns, kafka := testenv.NewNATS(t), testenv.NewKafka(t, 1)
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin,
+	code, out, errOut := outboxdBench(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin,
 		"--drivers", "jetstream,kafka", "--nats-url", ns.URL(), "--kafka-brokers", kafka.Addr(), "--idle-samples", "3", "--rate", "50")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -196,24 +175,11 @@ func TestBenchRefusesMistakesBeforeTouchingAnything(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			code, _, errOut := outboxd(t, []string{"OUTBOXD_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=1"},
+			code, _, errOut := outboxdBench(t, []string{"OUTBOXD_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=1"},
 				append([]string{"bench"}, c.args...)...)
 			if code != c.code || !strings.Contains(errOut, c.want) {
 				t.Fatalf("exit %d, stderr %q; want exit %d mentioning %q", code, errOut, c.code, c.want)
 			}
 		})
-	}
-}
-
-func TestTheDiscardDriverTypeIsAcceptedAndTakesNoTLS(t *testing.T) {
-	t.Parallel()
-	environ := []string{"OUTBOXD_DRIVERS__SINK__TYPE=discard", "OUTBOXD_STREAMS__ORDERS__DRIVER=sink"}
-	if code, out, errOut := outboxd(t, environ, "config", "check"); code != 0 || !strings.Contains(out, "type: discard") {
-		t.Fatalf("config check: exit %d, %q, %q", code, out, errOut)
-	}
-	environ = append(environ, "OUTBOXD_DRIVERS__SINK__TLS__ENABLED=true", "OUTBOXD_DRIVERS__SINK__URL=nats://n:4222")
-	code, _, errOut := outboxd(t, environ, "config", "check")
-	if code != 1 || !strings.Contains(errOut, "drivers.sink.tls.enabled: only valid for types kafka, nats, jetstream, http, redis and rabbitmq") || !strings.Contains(errOut, "drivers.sink.url: only valid") {
-		t.Fatalf("config check with TLS and a URL on a discard driver: exit %d, %q", code, errOut)
 	}
 }

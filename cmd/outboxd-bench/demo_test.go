@@ -18,7 +18,7 @@ import (
 func TestDemoDeliversEveryCommittedMessageAndNoRolledBackOne(t *testing.T) {
 	t.Parallel()
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "demo", "--messages", "3000", "--producers", "4", "--batch", "25", "--json")
+	code, out, errOut := outboxdBench(t, environ, "demo", "--messages", "3000", "--producers", "4", "--batch", "25", "--json")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
@@ -42,7 +42,7 @@ func TestDemoDeliversEveryCommittedMessageAndNoRolledBackOne(t *testing.T) {
 		t.Errorf("summary's peak_rss_mib is %v; want the process's peak resident set in MiB: %s", raw["peak_rss_mib"], out)
 	}
 	// The human form names the same figures and the query to inspect the table.
-	code, out, _ = outboxd(t, environ, "demo", "--messages", "500")
+	code, out, _ = outboxdBench(t, environ, "demo", "--messages", "500")
 	if code != 0 || !strings.Contains(out, "lost          0") || !strings.Contains(out, "outboxd_demo.messages_stats") ||
 		(runtime.GOOS == "linux" && !strings.Contains(out, "peak RSS")) {
 		t.Fatalf("demo summary: exit %d\n%s", code, out)
@@ -51,11 +51,11 @@ func TestDemoDeliversEveryCommittedMessageAndNoRolledBackOne(t *testing.T) {
 
 func TestDemoRefusesNonsenseFlags(t *testing.T) {
 	t.Parallel()
-	code, _, errOut := outboxd(t, nil, "demo", "--messages", "0")
+	code, _, errOut := outboxdBench(t, nil, "demo", "--messages", "0")
 	if code != 2 || !strings.Contains(errOut, "--messages must be at least 1") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	code, _, errOut = outboxd(t, nil, "demo", "--lose-answer-every", "-1")
+	code, _, errOut = outboxdBench(t, nil, "demo", "--lose-answer-every", "-1")
 	if code != 2 || !strings.Contains(errOut, "--lose-answer-every at least 0") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -68,7 +68,7 @@ func TestDemoRefusesNonsenseFlags(t *testing.T) {
 func TestDemoCountsTheCopiesTheDispatcherPublishedAgain(t *testing.T) {
 	t.Parallel()
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "demo", "--messages", "1000", "--producers", "2", "--batch", "50",
+	code, out, errOut := outboxdBench(t, environ, "demo", "--messages", "1000", "--producers", "2", "--batch", "50",
 		"--rollback-every", "0", "--lose-answer-every", "2", "--json")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)
@@ -93,7 +93,7 @@ func TestDemoCountsTheCopiesTheDispatcherPublishedAgain(t *testing.T) {
 func TestDemoShowsProgressOnlyOnATerminal(t *testing.T) {
 	t.Parallel()
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "demo", "--messages", "2000", "--producers", "2")
+	code, out, errOut := outboxdBench(t, environ, "demo", "--messages", "2000", "--producers", "2")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout %s\nstderr %q", code, out, errOut)
 	}
@@ -158,7 +158,7 @@ func TestTheDemoCountsEveryMessageAtARedisStream(t *testing.T) {
 	t.Parallel()
 	addr := testenv.RedisAddr(t)
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "demo", "--driver", "redis", "--redis-addr", addr,
+	code, out, errOut := outboxdBench(t, environ, "demo", "--driver", "redis", "--redis-addr", addr,
 		"--messages", "2000", "--producers", "2", "--lose-answer-every", "2", "--timeout", "1m", "--json")
 	if code != 0 {
 		t.Fatalf("demo --driver redis: exit %d\nstdout %s\nstderr %s", code, out, errOut)
@@ -185,7 +185,7 @@ func TestTheDemoCountsEveryMessageAtARedisStream(t *testing.T) {
 func TestDemoIntoAPostgresInboxLosesNothingAndCountsTheCopiesItsKeyAbsorbed(t *testing.T) {
 	t.Parallel()
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "demo", "--driver", "postgres", "--messages", "1000", "--producers", "2",
+	code, out, errOut := outboxdBench(t, environ, "demo", "--driver", "postgres", "--messages", "1000", "--producers", "2",
 		"--batch", "50", "--lose-answer-every", "2", "--json")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)

@@ -17,9 +17,9 @@ import (
 func TestBenchDrainsToRabbitMQAndLeavesNothingThere(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQURL(t)
-	bin := buildOutboxd(t)
+	bin := dispatcher(t)
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin,
+	code, out, errOut := outboxdBench(t, environ, "bench", "--quick", "--json", "--dispatcher-binary", bin,
 		"--drivers", "rabbitmq", "--rabbitmq-url", url, "--idle-samples", "3", "--rate", "50")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -60,7 +60,7 @@ func TestDemoDeliversToRabbitMQCountingRepublishesAsDuplicates(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQURL(t)
 	environ := []string{"OUTBOXD_DATABASE_URL=" + testenv.EmptyDatabase(t)}
-	code, out, errOut := outboxd(t, environ, "demo", "--driver", "rabbitmq", "--rabbitmq-url", url,
+	code, out, errOut := outboxdBench(t, environ, "demo", "--driver", "rabbitmq", "--rabbitmq-url", url,
 		"--messages", "2000", "--lose-answer-every", "2", "--json") // see the Redis test on why 2
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout %s\nstderr %s", code, out, errOut)
