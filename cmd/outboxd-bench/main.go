@@ -22,19 +22,16 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/outboxd/outboxd/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=…", as outboxd's.
 var version = "dev"
 
-// usageError marks a mistake on the command line: exit status 2, one line and a hint
-// naming the help of the verb it concerns.
-type usageError struct {
-	msg  string
-	verb string
-}
-
-func (e usageError) Error() string { return e.msg }
+// usageError is a mistake on the command line: exit status 2 after one line and a hint
+// naming the help of the verb it concerns (Verb, filled in by runCommand).
+type usageError = cli.UsageError
 
 // env is what a verb may read from its surroundings, so tests run verbs in-process.
 type env struct {
@@ -60,10 +57,10 @@ func run(ctx context.Context, e env) int {
 		return 0
 	case errors.As(err, &ue):
 		hint := "outboxd-bench --help"
-		if ue.verb != "" {
-			hint = "outboxd-bench " + ue.verb + " --help"
+		if ue.Verb != "" {
+			hint = "outboxd-bench " + ue.Verb + " --help"
 		}
-		fmt.Fprintf(e.stderr, "outboxd-bench: %s\nRun '%s' for usage.\n", strings.ReplaceAll(ue.msg, "\n", " "), hint)
+		fmt.Fprintf(e.stderr, "outboxd-bench: %s\nRun '%s' for usage.\n", strings.ReplaceAll(ue.Msg, "\n", " "), hint)
 		return 2
 	default:
 		fmt.Fprintf(e.stderr, "outboxd-bench: %v\n", err)
@@ -100,7 +97,7 @@ names another); make build builds both.
 
 func runCommand(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
-		return usageError{msg: "no command given"}
+		return usageError{Msg: "no command given"}
 	}
 	verb, rest := e.args[0], e.args[1:]
 	switch {
@@ -110,22 +107,22 @@ func runCommand(ctx context.Context, e env) error {
 	case verb == "help" && len(rest) == 1:
 		verb, rest = rest[0], []string{"--help"}
 	case verb == "help":
-		return usageError{msg: fmt.Sprintf("help: want one command, got %q", strings.Join(rest, " "))}
+		return usageError{Msg: fmt.Sprintf("help: want one command, got %q", strings.Join(rest, " "))}
 	case (verb == "version" || verb == "--version") && len(rest) > 0:
-		return usageError{msg: fmt.Sprintf("version: unexpected argument %q", rest[0])}
+		return usageError{Msg: fmt.Sprintf("version: unexpected argument %q", rest[0])}
 	case verb == "version" || verb == "--version":
 		fmt.Fprintf(e.stdout, "outboxd-bench %s (%s)\n", version, goVersion())
 		return nil
 	}
 	v, ok := verbs[verb]
 	if !ok {
-		return usageError{msg: fmt.Sprintf("unknown command %q", verb)}
+		return usageError{Msg: fmt.Sprintf("unknown command %q", verb)}
 	}
 	e.args = rest
 	err := v.run(ctx, e)
 	var ue usageError
-	if errors.As(err, &ue) && ue.verb == "" {
-		ue.verb = verb
+	if errors.As(err, &ue) && ue.Verb == "" {
+		ue.Verb = verb
 		return ue
 	}
 	return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/bench"
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/demo"
 )
 
@@ -36,7 +37,7 @@ func demoCmd(ctx context.Context, e env) error {
 		return err
 	}
 	o.DatabaseURL, o.Stdout, o.Stderr = lookupEnv(e.environ, "OUTBOXD_DATABASE_URL"), e.stdout, e.stderr
-	return asUsage[demo.OptionError](demo.Run(ctx, o))
+	return cli.AsUsage[demo.OptionError](demo.Run(ctx, o))
 }
 
 func benchCmd(ctx context.Context, e env) error {
@@ -47,12 +48,12 @@ func benchCmd(ctx context.Context, e env) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{msg: fmt.Sprintf("bench: unexpected argument %q", fs.Arg(0))}
+		return usageError{Msg: fmt.Sprintf("bench: unexpected argument %q", fs.Arg(0))}
 	}
 	o.Given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })
 	o.Environ, o.Version, o.Stdout, o.Stderr = e.environ, version, e.stdout, e.stderr
-	return asUsage[bench.OptionError](bench.Run(ctx, o))
+	return cli.AsUsage[bench.OptionError](bench.Run(ctx, o))
 }
 
 // errHelpShown ends a verb asked for its help, which it printed: exit status 0.
@@ -72,7 +73,7 @@ func parseFlags(fs *flag.FlagSet, e env, help string) error {
 		return errHelpShown
 	}
 	if err != nil {
-		return usageError{msg: fs.Name() + ": " + err.Error()}
+		return usageError{Msg: fs.Name() + ": " + err.Error()}
 	}
 	return nil
 }
@@ -84,18 +85,6 @@ func isHelpFlag(arg string) bool {
 		return true
 	}
 	return false
-}
-
-// asUsage turns a mistake in a verb's options, an error of type E, into a usage error.
-func asUsage[E interface {
-	~string
-	error
-}](err error) error {
-	var oe E
-	if errors.As(err, &oe) {
-		return usageError{msg: oe.Error()}
-	}
-	return err
 }
 
 func lookupEnv(environ []string, key string) string {

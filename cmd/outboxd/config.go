@@ -36,7 +36,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return helpRequested{verb: strings.Fields(fs.Name())[0], flags: fs}
 	}
 	if err != nil {
-		return usageError{msg: fs.Name() + ": " + err.Error()}
+		return usageError{Msg: fs.Name() + ": " + err.Error()}
 	}
 	return nil
 }
@@ -46,7 +46,7 @@ func configCmd(ctx context.Context, e env) error {
 		return helpRequested{verb: "config", flags: newFlags("config", e.stderr)}
 	}
 	if len(e.args) == 0 || e.args[0] != "check" {
-		return usageError{msg: "config: want the subcommand check"}
+		return usageError{Msg: "config: want the subcommand check"}
 	}
 	fs := newFlags("config check", e.stderr)
 	connect := fs.Bool("connect", false, "also dial the database and every driver and check each stream's destination")

@@ -80,13 +80,13 @@ func helpCmd(e env, dispatch func(env) error) error {
 	case len(e.args) == 0:
 		return helpRequested{verb: ""}
 	case len(e.args) > 1:
-		return usageError{msg: fmt.Sprintf("help: want one command, got %q", strings.Join(e.args, " "))}
+		return usageError{Msg: fmt.Sprintf("help: want one command, got %q", strings.Join(e.args, " "))}
 	case isHelpFlag(e.args[0]) || e.args[0] == "help":
 		return helpRequested{verb: "help"}
 	}
 	verb := e.args[0]
 	if _, ok := verbHelp[verb]; !ok && !siblingVerbs[verb] {
-		return usageError{msg: fmt.Sprintf("help: unknown command %q", verb)}
+		return usageError{Msg: fmt.Sprintf("help: unknown command %q", verb)}
 	}
 	err := dispatch(env{args: []string{verb, "--help"}, environ: e.environ, stdout: e.stdout, stderr: e.stderr})
 	var h helpRequested

@@ -27,7 +27,7 @@ const inspectTimeout = time.Minute
 // exits 1 with its text.
 func opsError(verb, hint string, err error) error {
 	if errors.Is(err, ops.ErrInvalid) {
-		return usageError{msg: verb + ": " + err.Error() + hint}
+		return usageError{Msg: verb + ": " + err.Error() + hint}
 	}
 	return err
 }
@@ -119,7 +119,7 @@ func requeueCmd(ctx context.Context, e env) error {
 	}
 	req, err := flags.Request(fs)
 	if err != nil {
-		return usageError{msg: "requeue: " + err.Error()}
+		return usageError{Msg: "requeue: " + err.Error()}
 	}
 	if err := req.Check(time.Now()); err != nil {
 		return opsError("requeue", requeueHint, err)
@@ -184,7 +184,7 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{msg: fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+		return usageError{Msg: fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
 	}
 	return nil
 }

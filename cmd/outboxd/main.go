@@ -20,19 +20,15 @@ import (
 	"syscall"
 
 	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// usageError marks a mistake on the command line; it exits with status 2 after one line
-// and a hint naming the help of the verb it concerns (verb is filled in by runCommand).
-type usageError struct {
-	msg  string
-	verb string
-}
-
-func (e usageError) Error() string { return e.msg }
+// usageError is a mistake on the command line: exit status 2 after one line and a hint
+// naming the help of the verb it concerns (Verb, filled in by runCommand).
+type usageError = cli.UsageError
 
 // usage is the help of outboxd itself, from help/outboxd.txt (help.go).
 var usage string
@@ -71,7 +67,7 @@ func run(ctx context.Context, e env) int {
 		}
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "outboxd: %s\n%s\n", strings.ReplaceAll(ue.msg, "\n", " "), usageHint(ue.verb))
+		fmt.Fprintf(e.stderr, "outboxd: %s\n%s\n", strings.ReplaceAll(ue.Msg, "\n", " "), usageHint(ue.Verb))
 		return 2
 	default:
 		fmt.Fprintf(e.stderr, "outboxd: %v\n", err)
@@ -105,7 +101,7 @@ func init() {
 
 func runCommand(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
-		return usageError{msg: "no command given"}
+		return usageError{Msg: "no command given"}
 	}
 	verb, rest := e.args[0], e.args[1:]
 	e.args = rest
@@ -117,12 +113,12 @@ func runCommand(ctx context.Context, e env) error {
 	}
 	cmd, ok := commands[verb]
 	if !ok {
-		return usageError{msg: fmt.Sprintf("unknown command %q", verb)}
+		return usageError{Msg: fmt.Sprintf("unknown command %q", verb)}
 	}
 	err := cmd(ctx, e)
 	var ue usageError
-	if errors.As(err, &ue) && ue.verb == "" {
-		ue.verb = verb
+	if errors.As(err, &ue) && ue.Verb == "" {
+		ue.Verb = verb
 		return ue
 	}
 	return err
@@ -133,7 +129,7 @@ func versionCmd(_ context.Context, e env) error {
 		return helpRequested{verb: "version"}
 	}
 	if len(e.args) > 0 {
-		return usageError{msg: fmt.Sprintf("version: unexpected argument %q", e.args[0])}
+		return usageError{Msg: fmt.Sprintf("version: unexpected argument %q", e.args[0])}
 	}
 	fmt.Fprintf(e.stdout, "outboxd %s (%s)\n", version, goVersion())
 	return nil

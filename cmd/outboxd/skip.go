@@ -29,15 +29,15 @@ func skipCmd(ctx context.Context, e env) error {
 	req := ops.SkipRequest{Stream: *stream}
 	switch {
 	case len(ids) > 0 && (*stream != "" || keyGiven):
-		return usageError{msg: "skip: give either --id or --stream and --key, not both"}
+		return usageError{Msg: "skip: give either --id or --stream and --key, not both"}
 	case len(ids) > 0:
 		req.IDs = ids
 	case *stream == "" && !keyGiven:
-		return usageError{msg: "skip: name what to skip: --id N [--id M …], or --stream S --key K for the head of key K"}
+		return usageError{Msg: "skip: name what to skip: --id N [--id M …], or --stream S --key K for the head of key K"}
 	case *stream == "":
-		return usageError{msg: "skip: --key needs --stream: a key is named within its stream"}
+		return usageError{Msg: "skip: --key needs --stream: a key is named within its stream"}
 	case !keyGiven:
-		return usageError{msg: "skip: --stream needs --key: name the key whose head to skip"}
+		return usageError{Msg: "skip: --stream needs --key: name the key whose head to skip"}
 	default:
 		req.Key = key
 	}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/cli"
 )
 
 // The flag parsing of the verbs whose bodies live in internal/app. bench and demo live in
@@ -25,7 +25,7 @@ func runCmd(ctx context.Context, e env) error {
 
 func migrateCmd(ctx context.Context, e env) error {
 	if len(e.args) == 0 {
-		return usageError{msg: "migrate: want one of up, down, version, status, sql"}
+		return usageError{Msg: "migrate: want one of up, down, version, status, sql"}
 	}
 	sub := e.args[0]
 	if isHelpFlag(sub) {
@@ -46,17 +46,5 @@ func migrateCmd(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	return asUsage[app.UsageError](app.MigrateOutboxes(ctx, cfg, *outbox, sub, all, fs.Args(), e.stdout))
-}
-
-// asUsage turns a mistake in a verb's options, an error of type E, into a usage error.
-func asUsage[E interface {
-	~string
-	error
-}](err error) error {
-	var oe E
-	if errors.As(err, &oe) {
-		return usageError{msg: oe.Error()}
-	}
-	return err
+	return cli.AsUsage[app.UsageError](app.MigrateOutboxes(ctx, cfg, *outbox, sub, all, fs.Args(), e.stdout))
 }
