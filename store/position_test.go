@@ -18,14 +18,7 @@ func TestAClaimFromAPositionTakesOnlyTheRowsAfterItInClaimOrder(t *testing.T) {
 	type claimFunc func(f *fixture, limit int, from store.Position) store.Claim
 	modes := map[string]claimFunc{
 		"by lease": func(f *fixture, limit int, from store.Position) store.Claim {
-			c, err := f.store.Claim(f.ctx, "orders", limit, "r", time.Minute, from)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.store.Release(f.ctx, c.Token, c.IDs()); err != nil { // hand the rows back
-				t.Fatal(err)
-			}
-			return c
+			return f.claimHandedBack(t, limit, from)
 		},
 		"held in a transaction": func(f *fixture, limit int, from store.Position) store.Claim {
 			c, err := f.store.ClaimHeld(f.ctx, "orders", limit, "r", time.Minute, from)
@@ -95,17 +88,7 @@ func TestClaimersSharingAResumeStartAfterTheFurthestRowAnyOfThemClaimed(t *testi
 	t.Parallel()
 	f := setup(t)
 	f.insert(t, "orders", 10)
-	claim := func(limit int, from store.Position) store.Claim {
-		t.Helper()
-		c, err := f.store.Claim(f.ctx, "orders", limit, "r", time.Minute, from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.store.Release(f.ctx, c.Token, c.IDs()); err != nil { // hand the rows back
-			t.Fatal(err)
-		}
-		return c
-	}
+	claim := func(limit int, from store.Position) store.Claim { return f.claimHandedBack(t, limit, from) }
 	now := time.Now()
 	var r store.Resume
 	if from := r.From(now); !from.IsZero() {
@@ -134,4 +117,19 @@ func TestClaimersSharingAResumeStartAfterTheFurthestRowAnyOfThemClaimed(t *testi
 	if from := r.From(now.Add(store.RescanEvery + 4*time.Millisecond)); !from.IsZero() {
 		t.Fatalf("after a restart the next claim starts at %v; want the zero position", from)
 	}
+}
+
+// claimHandedBack leases up to limit rows of stream orders from a position and hands them
+// straight back, so that a later claim can take them again: which rows a claim took
+// shows, not whether they were still free.
+func (f *fixture) claimHandedBack(t *testing.T, limit int, from store.Position) store.Claim {
+	t.Helper()
+	c, err := f.store.Claim(f.ctx, "orders", limit, "r", time.Minute, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Release(f.ctx, c.Token, c.IDs()); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
