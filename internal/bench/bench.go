@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
 	jsdrv "github.com/outboxd/outboxd/router/jetstream"
@@ -379,15 +380,8 @@ func dispatcherBinary(flagValue string, executable func() (string, error)) (stri
 	if strings.HasSuffix(filepath.Base(self), ".test") {
 		return "", errors.New("bench: this is a test binary; build outboxd and pass it with --dispatcher-binary")
 	}
-	if resolved, err := filepath.EvalSymlinks(self); err == nil {
-		self = resolved
-	}
-	name := "outboxd"
-	if runtime.GOOS == "windows" {
-		name += ".exe"
-	}
-	bin := filepath.Join(filepath.Dir(self), name)
-	if _, err := os.Stat(bin); err != nil {
+	bin, err := cli.Beside(self, "outboxd")
+	if err != nil {
 		return "", fmt.Errorf("bench: no outboxd beside this executable to run as the drains' dispatcher (%w): "+
 			"build outboxd beside it (make build builds both) or pass --dispatcher-binary", err)
 	}
