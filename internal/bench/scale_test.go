@@ -8,7 +8,6 @@ import (
 	"flag"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,11 +36,7 @@ func outboxdBinary(t *testing.T) string {
 			return
 		}
 		built.bin = filepath.Join(dir, "outboxd")
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-		}
-		built.out, built.err = exec.Command(goTool, "build", "-o", built.bin, "../../cmd/outboxd").CombinedOutput()
+		built.out, built.err = testenv.Build("../../cmd/outboxd", built.bin)
 	})
 	if built.err != nil {
 		t.Fatalf("build outboxd for the drains' dispatcher (needs the go tool on PATH): %v\n%s", built.err, built.out)
