@@ -28,8 +28,6 @@ const poolerRounds = 5
 //
 // The probe's own statements use the simple protocol, which every pooler forwards.
 func BehindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
-	c := cfg.Copy()
-	c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	var conns [2]*pgx.Conn
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -45,30 +43,37 @@ func BehindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
 	var errs [2]error
 	var wg sync.WaitGroup
 	for i := range conns {
-		wg.Go(func() { conns[i], errs[i] = pgx.ConnectConfig(ctx, c) })
+		wg.Go(func() { conns[i], errs[i] = pgx.ConnectConfig(ctx, cfg) })
 	}
 	wg.Wait()
 	if err := cmp.Or(errs[0], errs[1]); err != nil {
 		return false, fmt.Errorf("probe for a pooler: connect: %w", err)
 	}
+	return BehindPoolerOn(ctx, conns[0], conns[1])
+}
+
+// BehindPoolerOn is BehindPooler on two connections already open to the same address,
+// both idle outside any transaction; it leaves them open, for a caller that has further
+// use for them (outboxd's start, which would otherwise open two more).
+func BehindPoolerOn(ctx context.Context, first, second *pgx.Conn) (bool, error) {
 	pid := func(conn *pgx.Conn) (int32, error) {
 		var p int32
-		err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p)
+		err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&p)
 		return p, err
 	}
 	for range poolerRounds {
-		first, err := pid(conns[0])
+		a, err := pid(first)
 		if err != nil {
 			return false, fmt.Errorf("probe for a pooler: %w", err)
 		}
-		second, err := pid(conns[1])
+		b, err := pid(second)
 		if err != nil {
 			return false, fmt.Errorf("probe for a pooler: %w", err)
 		}
-		if first == second {
+		if a == b {
 			return true, nil
 		}
-		conns[0], conns[1] = conns[1], conns[0]
+		first, second = second, first
 	}
 	return false, nil
 }

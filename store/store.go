@@ -499,15 +499,38 @@ func errorText(s string) string {
 // SchemaVersion reads the migration version golang-migrate recorded for this table:
 // 0 when no migration ran. It only reads, so a role without DDL rights can check it.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
+	return s.schemaVersion(ctx, s.pool)
+}
+
+// SchemaVersionOn is SchemaVersion asked on conn, an open connection to the store's
+// database (outboxd's start asks on one it opened anyway, before the pool has any). It
+// uses the simple protocol, which a transaction pooler forwards.
+func (s *Store) SchemaVersionOn(ctx context.Context, conn *pgx.Conn) (version uint, dirty bool, err error) {
+	return s.schemaVersion(ctx, simpleProtocol{conn})
+}
+
+// rowQuerier is what schemaVersion asks with: the pool, or one connection.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// simpleProtocol asks on a connection with the simple protocol.
+type simpleProtocol struct{ conn *pgx.Conn }
+
+func (q simpleProtocol) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return q.conn.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+}
+
+func (s *Store) schemaVersion(ctx context.Context, q rowQuerier) (version uint, dirty bool, err error) {
 	var exists bool
-	if err := s.pool.QueryRow(ctx, s.sql.versionTableExists, s.table.Schema, s.table.MigrationsTable()).Scan(&exists); err != nil {
+	if err := q.QueryRow(ctx, s.sql.versionTableExists, s.table.Schema, s.table.MigrationsTable()).Scan(&exists); err != nil {
 		return 0, false, fmt.Errorf("read schema version of %s: %w", s.table, err)
 	}
 	if !exists {
 		return 0, false, nil
 	}
 	var v int64
-	err = s.pool.QueryRow(ctx, s.sql.schemaVersion).Scan(&v, &dirty)
+	err = q.QueryRow(ctx, s.sql.schemaVersion).Scan(&v, &dirty)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

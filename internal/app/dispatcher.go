@@ -22,6 +22,7 @@ import (
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/router/drivers"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/table"
 )
 
 // Dispatcher is everything `outboxd run` starts: the pool, the router with its
@@ -61,6 +62,12 @@ type Options struct {
 	// Middleware decorates every publisher of the router, dead-letter ones included
 	// (tracing; the bench and the demo note confirmations).
 	Middleware []router.Middleware
+	// start, when set, are the connections run opened while waiting for the database,
+	// which the dispatcher uses and closes; without them it opens its own.
+	start *startConns
+	// early, when set, delivers the listening connection run began to open before it
+	// waited for the database (listenEarly); without it the dispatcher begins its own.
+	early chan *store.Notifications
 }
 
 // Store is the store of the dispatcher's general pool (janitor, samplers, admin API).
@@ -81,41 +88,37 @@ func Layout(cfg *config.Config) migrations.Layout {
 // down does not stop it: drivers connect in the background and only the streams routed
 // to a missing broker wait.
 func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger, opt Options) (_ *Dispatcher, err error) {
+	start := opt.start
+	defer func() { start.close() }()
 	if err := cfg.RequireStreams(); err != nil {
 		return nil, err
 	}
 	n := cfg.Table()
-	// LISTEN keeps a session: behind a transaction pooler it goes to database.listen_url.
-	listenConfig, err := pgx.ParseConfig(cfg.SessionURL())
+	listen, err := listenConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
+		return nil, err
 	}
-	deadPeers(&listenConfig.Config, cfg.Database)
-	listen := store.ListenConfig{Conn: listenConfig, Table: n}
-	// The listening connection opens while the rest is built (the pooler probe and the
-	// schema check included), so that readiness does not wait for one more connection
-	// after them; the listener takes it (or, if opening it failed, connects itself and
-	// says why). A dispatcher that is not built after all closes it.
-	early := make(chan *store.Notifications, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, dispatch.ListenConnectTimeout)
-		defer cancel()
-		conn, err := store.Listen(lctx, listen)
-		if err != nil {
-			conn = nil
-		}
-		early <- conn
-	}()
+	early := opt.early
+	if early == nil {
+		early = listenEarly(ctx, listen)
+	}
 	defer func() {
 		if err != nil {
 			go closeEarly(early) // the listener never ran: nothing else takes it
 		}
 	}()
-	behind, err := behindPooler(ctx, cfg)
-	if err == nil {
-		err = sessionURLProblem(ctx, cfg, behind)
+	if start == nil {
+		if start, err = openStart(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("connect to database: %w", err)
+		}
 	}
-	if err != nil {
+	behind := cfg.Database.Pooler == config.PoolerTransaction
+	if cfg.Database.Pooler == config.PoolerAuto {
+		if behind, err = store.BehindPoolerOn(ctx, start.first, start.second); err != nil {
+			return nil, fmt.Errorf("connect to database: database_url: %w", err)
+		}
+	}
+	if err := sessionURLProblem(ctx, cfg, behind); err != nil {
 		return nil, err
 	}
 	if opt.Migrate {
@@ -155,7 +158,14 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
-	if err := CheckSchema(ctx, d.store, cfg.SessionURL()); err != nil {
+	// The general pool's first connection opens while the schema is checked on a start
+	// connection: /readyz asks on the pool.
+	go warm(ctx, d.pool)
+	err = checkSchema(ctx, n, cfg.SessionURL(), func(ctx context.Context) (uint, bool, error) {
+		return d.store.SchemaVersionOn(ctx, start.second)
+	})
+	start.close()
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Janitor.Partitions.Enabled {
@@ -315,23 +325,35 @@ func newDriver(name string, d config.Driver, logger *slog.Logger) (router.Driver
 
 // CheckSchema refuses to start on a schema this build does not expect, naming the fix.
 func CheckSchema(ctx context.Context, st *store.Store, dsn string) error {
-	v, dirty, err := st.SchemaVersion(ctx)
+	return checkSchema(ctx, st.Table(), dsn, st.SchemaVersion)
+}
+
+// checkSchema is CheckSchema with the version read by version.
+func checkSchema(ctx context.Context, name table.Name, dsn string, version func(context.Context) (uint, bool, error)) error {
+	v, dirty, err := version(ctx)
 	if err != nil {
 		return err
 	}
 	want := migrations.Latest()
 	if v == 0 && !dirty {
-		if err := migrations.Unrecorded(ctx, dsn, st.Table()); err != nil {
+		if err := migrations.Unrecorded(ctx, dsn, name); err != nil {
 			return err
 		}
 	}
 	switch {
 	case dirty:
-		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way); repair it before starting", st.Table(), v)
+		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way); repair it before starting", name, v)
 	case v != uint(want):
-		return fmt.Errorf("%s: schema is at version %d, this build needs %d: run `outboxd migrate up` or start with --migrate", st.Table(), v, want)
+		return fmt.Errorf("%s: schema is at version %d, this build needs %d: run `outboxd migrate up` or start with --migrate", name, v, want)
 	}
 	return nil
+}
+
+// warm opens pool's first connection and leaves it idle in the pool.
+func warm(ctx context.Context, pool *pgxpool.Pool) {
+	if c, err := pool.Acquire(ctx); err == nil {
+		c.Release()
+	}
 }
 
 // housekeepingDelay holds back the janitor's first cycle and the samplers' first
@@ -409,6 +431,35 @@ func (d *Dispatcher) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// listenConfig is how the listener connects. LISTEN keeps a session: behind a
+// transaction pooler it goes to database.listen_url.
+func listenConfig(cfg *config.Config) (store.ListenConfig, error) {
+	c, err := pgx.ParseConfig(cfg.SessionURL())
+	if err != nil {
+		return store.ListenConfig{}, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
+	}
+	deadPeers(&c.Config, cfg.Database)
+	return store.ListenConfig{Conn: c, Table: cfg.Table()}, nil
+}
+
+// listenEarly begins to open the listening connection, so that readiness does not wait
+// for one more connection after the rest (the pooler probe and the schema check); the
+// listener takes it from the channel, or, if opening it failed, connects itself and says
+// why. Whoever does not hand the channel to a listener closes what arrives (closeEarly).
+func listenEarly(ctx context.Context, listen store.ListenConfig) chan *store.Notifications {
+	early := make(chan *store.Notifications, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, dispatch.ListenConnectTimeout)
+		defer cancel()
+		conn, err := store.Listen(lctx, listen)
+		if err != nil {
+			conn = nil
+		}
+		early <- conn
+	}()
+	return early
 }
 
 // closeEarly closes the listening connection opened ahead for a dispatcher that was

@@ -26,16 +26,15 @@ const (
 	connectAttemptTimeout = 5 * time.Second
 )
 
-// waitForDatabase returns once PostgreSQL at cfg.DatabaseURL answers, retrying with
-// capped exponential backoff and logging one line per failed attempt. It gives up when
-// ctx ends or, if database.connect_timeout is set, once that has passed. A database_url
-// that does not parse, or credentials the server refuses, are not worth waiting for and
-// fail at once. notReady hears why the
-// database is not reachable yet, for /readyz.
-func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logger, notReady func(string)) error {
-	connConfig, err := pgx.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("database_url: %w", config.RedactParseError(err))
+// waitForDatabase returns once PostgreSQL at cfg.DatabaseURL answers, with the two
+// connections it opened to learn that (startConns), retrying with capped exponential
+// backoff and logging one line per failed attempt. It gives up when ctx ends or, if
+// database.connect_timeout is set, once that has passed. A database_url that does not
+// parse, or credentials the server refuses, are not worth waiting for and fail at once.
+// notReady hears why the database is not reachable yet, for /readyz.
+func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logger, notReady func(string)) (*startConns, error) {
+	if _, err := pgx.ParseConfig(cfg.DatabaseURL); err != nil {
+		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	start := time.Now()
 	var deadline <-chan time.Time
@@ -46,23 +45,23 @@ func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logge
 	}
 	wait := connectBackoffInitial
 	for attempt := 1; ; attempt++ {
-		err := ping(ctx, connConfig)
+		conns, err := openStart(ctx, cfg)
 		if err == nil {
 			if attempt > 1 {
 				logger.Info("database reachable", "attempts", attempt, "waited", time.Since(start).Round(time.Millisecond).String())
 			}
-			return nil
+			return conns, nil
 		}
 		if refusedUs(err) {
-			return fmt.Errorf("connect to database: %w", err)
+			return nil, fmt.Errorf("connect to database: %w", err)
 		}
 		notReady(fmt.Sprintf("waiting for the database: %v", err))
 		logger.Warn("database unreachable at start; retrying", "attempt", attempt, "retry_in", wait.String(), "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stopped while waiting for the database: %w", err)
+			return nil, fmt.Errorf("stopped while waiting for the database: %w", err)
 		case <-deadline:
-			return fmt.Errorf("the database did not answer within database.connect_timeout (%s, %d attempts): %w",
+			return nil, fmt.Errorf("the database did not answer within database.connect_timeout (%s, %d attempts): %w",
 				cfg.Database.ConnectTimeout, attempt, err)
 		case <-time.After(wait):
 		}
@@ -75,17 +74,6 @@ func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logge
 func refusedUs(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28")
-}
-
-// ping opens one connection and closes it: the database answers and lets us in.
-func ping(ctx context.Context, connConfig *pgx.ConnConfig) error {
-	ctx, cancel := context.WithTimeout(ctx, connectAttemptTimeout)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, connConfig)
-	if err != nil {
-		return err
-	}
-	return errors.Join(conn.Ping(ctx), conn.Close(context.WithoutCancel(ctx)))
 }
 
 // waitingHandler serves the admin address while run waits for the database: alive, not

@@ -109,10 +109,21 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 		}
 		return fmt.Errorf("outbox %s: %w", o.name, err)
 	}
-	if err := waitForDatabase(ctx, o.cfg, o.log, o.notReady); err != nil {
+	opt := o.options(migrate, tp, tracingOn)
+	// The listening connection begins to open now, with the two that wait for the
+	// database: all three handshakes at once.
+	if listen, err := listenConfig(o.cfg); err == nil {
+		opt.early = listenEarly(ctx, listen)
+	}
+	conns, err := waitForDatabase(ctx, o.cfg, o.log, o.notReady)
+	if err != nil {
+		if opt.early != nil {
+			go closeEarly(opt.early)
+		}
 		return wrap(err)
 	}
-	d, err := NewDispatcher(ctx, o.cfg, o.log, o.options(migrate, tp, tracingOn))
+	opt.start = conns
+	d, err := NewDispatcher(ctx, o.cfg, o.log, opt)
 	if err != nil {
 		return wrap(err)
 	}
