@@ -168,7 +168,7 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
 		c.failErr(w, r, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "confirm", sessionOf(r), d)
+	c.render(w, http.StatusOK, sessionOf(r), "confirm", d)
 }
 
 // doneData is the page after an action: what it did.
@@ -224,5 +224,5 @@ func (c *console) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Info("console action", "changed", n)
-	c.render(w, r, http.StatusOK, "done", s, doneData{A: a, Summary: summary})
+	c.render(w, http.StatusOK, s, "done", doneData{A: a, Summary: summary})
 }

@@ -7,9 +7,11 @@
 // Invariants:
 //   - Every read and every action goes through internal/ops, the one implementation
 //     (and validation) the HTTP API and the CLI share; this package holds no SQL.
-//   - Nothing renders user data unescaped: every page is an html/template, which escapes
-//     each value for where it lands, and no value handed to a template is typed
-//     template.HTML, JS or URL. Pages forbid inline script and framing (CSP).
+//   - Nothing renders user data unescaped: pages are written in Go (html.go), where a
+//     value reaches a page only escaped, as text or a quoted attribute value; markup
+//     written as is is only ever a constant; a link is a console path with a query
+//     net/url encodes, or an http(s) URL. No html/template: it keeps every exported
+//     method in the binary. Pages forbid inline script and framing (CSP).
 //   - No page without a session, and no action without a valid session, its CSRF token
 //     (compared in constant time) and the admin token behind the session while the mode
 //     is on. A session is a random id in an HttpOnly, SameSite=Strict cookie, kept
@@ -78,9 +80,6 @@ const requestTimeout = 30 * time.Second
 // running then is resumed from the API or the CLI with its id.
 const replayBudget = 15 * time.Second
 
-//go:embed templates/*.html
-var templateFS embed.FS
-
 //go:embed static
 var staticFS embed.FS
 
@@ -91,7 +90,6 @@ type console struct {
 	sessions            *sessions
 	adminSet, readSet   bool
 	adminHash, readHash [sha256.Size]byte
-	pages               map[string]*page
 }
 
 // New returns the console's handler for every path under Prefix. It panics on a
@@ -126,7 +124,6 @@ func New(opt Options) http.Handler {
 		ttl = 8 * time.Hour
 	}
 	c.sessions = newSessions(ttl, c.now)
-	c.pages = parsePages()
 
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {

@@ -5,96 +5,19 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"html/template"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/outboxd/outboxd/internal/ops"
 )
 
-// page is one template set: the layout and one page's content.
-type page struct{ t *template.Template }
-
-var funcs = template.FuncMap{
-	"age": func(sec float64) string {
-		if sec <= 0 {
-			return "—"
-		}
-		return time.Duration(sec * float64(time.Second)).Round(time.Second).String()
-	},
-	"when": func(t *time.Time) string {
-		if t == nil {
-			return "—"
-		}
-		return t.UTC().Format("2006-01-02 15:04:05.000Z")
-	},
-	"ptr": func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		return &t
-	},
-	"rate": func(r float64) string {
-		if r < 10 {
-			return strconv.FormatFloat(r, 'f', 1, 64)
-		}
-		return strconv.FormatFloat(r, 'f', 0, 64)
-	},
-	"deref": func(p *int64) int64 {
-		if p == nil {
-			return 0
-		}
-		return *p
-	},
-}
-
-// parsePages parses every page once, each with the layout; a template that does not
-// parse is a build mistake.
-func parsePages() map[string]*page {
-	out := map[string]*page{}
-	for _, name := range []string{"login", "streams", "messages", "message", "replicas", "confirm", "done", "error"} {
-		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
-			"templates/layout.html", "templates/streams_table.html", "templates/"+name+".html"))
-		out[name] = &page{t: t}
-	}
-	return out
-}
-
-// view is what every page's layout reads.
-type view struct {
-	Title  string
-	CSRF   string
-	Role   string
-	CanAct bool
-	Data   any
-}
-
-// render writes page name with data, as status. A template that fails to execute
-// (a bug) is logged and answered 500 without a half-written page.
-func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, s *session, data any) {
-	v := view{Title: name, Data: data}
-	if s != nil {
-		v.CSRF, v.Role, v.CanAct = s.csrf, string(s.role), c.canAct(s)
-	}
-	var buf bytes.Buffer
-	if err := c.pages[name].t.Execute(&buf, v); err != nil {
-		c.log.Error("console page failed to render", "page", name, "err", err)
-		http.Error(w, "the page failed to render; see the log", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
 // fail answers with the error page: msg, as text, and status.
 func (c *console) fail(w http.ResponseWriter, r *http.Request, s *session, status int, msg string) {
-	c.render(w, r, status, "error", s, msg)
+	c.render(w, status, s, "error", refusal(msg))
 }
 
 // failErr answers an ops error with its status; a failure of the database is logged.
@@ -197,21 +120,17 @@ func (c *console) sample(ctx context.Context) []outboxStats {
 func (c *console) streams(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	c.render(w, r, http.StatusOK, "streams", sessionOf(r), c.sample(ctx))
+	c.render(w, http.StatusOK, sessionOf(r), "streams", streamsPage(c.sample(ctx)))
 }
 
 // streamsTable is the streams table alone, fetched every few seconds by the page.
 func (c *console) streamsTable(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	var buf bytes.Buffer
-	if err := c.pages["streams"].t.ExecuteTemplate(&buf, "streams_table", c.sample(ctx)); err != nil {
-		c.log.Error("console fragment failed to render", "err", err)
-		http.Error(w, "the table failed to render; see the log", http.StatusInternalServerError)
-		return
-	}
+	var p page
+	streamsPage(c.sample(ctx)).table(&p)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(p.bytes())
 }
 
 // messagesData is the listing page: the filter as given, the outboxes to choose
@@ -226,7 +145,7 @@ type messagesData struct {
 	// NextURL is the next page's address, the filter kept; Budget the rows a page
 	// filtered by key, topic or error text examines at most, and Short whether this
 	// page stopped at that budget before it filled (more may match).
-	NextURL string
+	NextURL link
 	Budget  int
 	Short   bool
 	// Ordered says the filter's stream is an ordered one (its heads may be skipped).
@@ -243,7 +162,7 @@ func queryOf(q url.Values) ops.MessageQuery {
 }
 
 // nextURL is the address of the page after cursor, with the same outbox and filter.
-func nextURL(outbox string, q ops.MessageQuery, cursor string) string {
+func nextURL(outbox string, q ops.MessageQuery, cursor string) link {
 	v := url.Values{}
 	for _, p := range []struct{ k, v string }{{"outbox", outbox}, {"stream", q.Stream}, {"status", q.Status},
 		{"since", q.Since}, {"until", q.Until}, {"from_id", q.FromID}, {"to_id", q.ToID}, {"key", q.Key},
@@ -252,7 +171,7 @@ func nextURL(outbox string, q ops.MessageQuery, cursor string) string {
 			v.Set(p.k, p.v)
 		}
 	}
-	return "/ui/messages?" + v.Encode()
+	return toQuery("/ui/messages", v)
 }
 
 var statuses = []string{"pending", "leased", "delivered", "failed", "expired"}
@@ -284,7 +203,7 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 			c.log.Error("console listing failed", "err", err)
 		}
 	}
-	c.render(w, r, status, "messages", sessionOf(r), d)
+	c.render(w, status, sessionOf(r), "messages", d)
 }
 
 // pageSize is the rows a listing page holds, from its limit parameter.
@@ -309,7 +228,8 @@ type messageData struct {
 	Ordered bool
 	// TraceID is the trace of the message's traceparent header, if it has a valid one;
 	// TraceLink its page in the trace viewer (tracing.ui_url), if one is configured.
-	TraceID, TraceLink string
+	TraceID   string
+	TraceLink link
 }
 
 // traceparent is a W3C trace context header of version 00 or later.
@@ -364,9 +284,10 @@ func (c *console) message(w http.ResponseWriter, r *http.Request) {
 	})
 	d.Payload, d.AsJSON = showPayload(m.Payload, m.Truncated)
 	if d.TraceID = traceOf(m.Headers); d.TraceID != "" && c.opt.TraceURL != "" {
-		d.TraceLink = strings.ReplaceAll(c.opt.TraceURL, "{trace_id}", d.TraceID)
+		// config.Validate wants an http(s) URL; anything else is not linked.
+		d.TraceLink, _ = webLink(strings.ReplaceAll(c.opt.TraceURL, "{trace_id}", d.TraceID))
 	}
-	c.render(w, r, http.StatusOK, "message", sessionOf(r), d)
+	c.render(w, http.StatusOK, sessionOf(r), "message", d)
 }
 
 // showPayload shows a whole JSON payload indented, and anything else (or a JSON one

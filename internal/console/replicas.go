@@ -56,5 +56,5 @@ func (c *console) replicas(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Outboxes = append(d.Outboxes, oh)
 	}
-	c.render(w, r, http.StatusOK, "replicas", sessionOf(r), d)
+	c.render(w, http.StatusOK, sessionOf(r), "replicas", d)
 }

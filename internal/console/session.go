@@ -110,7 +110,7 @@ func (c *console) loginForm(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/streams", http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, http.StatusOK, "login", nil, loginData{Mode: c.opt.Mode})
+	c.render(w, http.StatusOK, nil, "login", loginData{Mode: c.opt.Mode})
 }
 
 type loginData struct {
@@ -129,7 +129,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	role, ok := c.checkToken(r.PostFormValue("token"))
 	if !ok {
 		c.log.Warn("console login with a wrong token refused", "remote", r.RemoteAddr)
-		c.render(w, r, http.StatusUnauthorized, "login", nil, loginData{Mode: c.opt.Mode,
+		c.render(w, http.StatusUnauthorized, nil, "login", loginData{Mode: c.opt.Mode,
 			Error: "that token is neither http.admin_token nor http.read_token"})
 		return
 	}
