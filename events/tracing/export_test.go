@@ -32,3 +32,8 @@ func NewExporter(endpoint string, roots *x509.CertPool, initial, maxElapsed time
 	e.retry = retryPolicy{initial: initial, max: 4 * initial, maxElapsed: maxElapsed}
 	return e, nil
 }
+
+// SetRequestTimeout changes how long one request of an exporter from NewExporter may take.
+func SetRequestTimeout(e sdktrace.SpanExporter, d time.Duration) {
+	e.(*exporter).client.Timeout = d
+}

@@ -155,6 +155,24 @@ func TestExporterGivesUpBeforeAWaitThatOutlastsTheDeadline(t *testing.T) {
 	}
 }
 
+func TestExporterAbandonsAHungRequestAndRetries(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv, n := answering(t, func(i int64, _ http.ResponseWriter) {
+		if i == 0 {
+			<-release
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handler
+	e := newExporter(t, srv.URL, time.Millisecond, 10*time.Second)
+	tracing.SetRequestTimeout(e, 100*time.Millisecond)
+	start := time.Now()
+	if err := e.ExportSpans(context.Background(), oneSpan(t)); err != nil || n.Load() != 2 || time.Since(start) > 5*time.Second {
+		t.Errorf("export: %v after %d requests and %s, want success on the 2nd after the 1st timed out",
+			err, n.Load(), time.Since(start))
+	}
+}
+
 func TestExporterRetriesARefusedConnection(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.NotFoundHandler())
