@@ -11,13 +11,9 @@ package tracing
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
-	"net/url"
-	"strings"
+	"os"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -34,8 +30,10 @@ const tracesPath = "/v1/traces"
 // nothing up and returns a no-op provider, which Wrap recognises and does not wrap.
 // Otherwise spans are batched in memory and exported over OTLP/HTTP to cfg.Endpoint, a
 // collector's base URL (traces go to its /v1/traces); user info in that URL is sent as
-// HTTP basic authentication. The exporter connects lazily, so an absent collector does
-// not stop outboxd from starting: spans it cannot take are dropped, never waited for.
+// HTTP basic authentication, and the standard OTEL_EXPORTER_OTLP_ variables for headers,
+// compression, timeout and certificates apply (exporterConfigFor). The exporter connects
+// lazily, so an absent collector does not stop outboxd from starting: spans it cannot
+// take are dropped, never waited for.
 //
 // shutdown flushes the spans still queued and stops the exporter; call it once, after
 // the pipelines have stopped, with a context that bounds the flush.
@@ -43,20 +41,16 @@ func Setup(ctx context.Context, cfg config.Tracing, version string) (tp trace.Tr
 	if !cfg.Enabled {
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	}
-	opts, err := exporterOptions(cfg.Endpoint)
+	ecfg, err := exporterConfigFor(cfg.Endpoint, os.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
-	}
+	ecfg.header.Set("User-Agent", "outboxd/"+version)
 	res, err := newResource(cfg.ServiceName, version)
 	if err != nil {
-		_ = exp.Shutdown(context.WithoutCancel(ctx))
 		return nil, nil, err
 	}
-	provider := newProvider(sdktrace.WithBatcher(exp), res, cfg.SampleRatio)
+	provider := newProvider(sdktrace.WithBatcher(newExporter(ecfg)), res, cfg.SampleRatio)
 	return provider, provider.Shutdown, nil
 }
 
@@ -69,31 +63,6 @@ func newProvider(processing sdktrace.TracerProviderOption, res *resource.Resourc
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
 	)
-}
-
-// exporterOptions turns the configured base URL into the exporter's endpoint, path,
-// transport security and, from user info, an Authorization header.
-func exporterOptions(endpoint string) ([]otlptracehttp.Option, error) {
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// The URL is not quoted: it may hold a password.
-		return nil, errors.New("tracing.endpoint: want an http:// or https:// collector URL")
-	}
-	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(u.Host)}
-	if u.Scheme == "http" {
-		opts = append(opts, otlptracehttp.WithInsecure())
-	}
-	path := strings.TrimSuffix(u.Path, "/")
-	if !strings.HasSuffix(path, tracesPath) {
-		path += tracesPath
-	}
-	opts = append(opts, otlptracehttp.WithURLPath(path))
-	if u.User != nil {
-		pass, _ := u.User.Password()
-		cred := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
-		opts = append(opts, otlptracehttp.WithHeaders(map[string]string{"Authorization": "Basic " + cred}))
-	}
-	return opts, nil
 }
 
 // newResource describes this process: the SDK's defaults (including OTEL_RESOURCE_ATTRIBUTES)
