@@ -88,6 +88,10 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 		if d.LatencyIdle.Samples != r.Settings.IdleSamples || d.LatencyAtRate.Samples != int(float64(r.Settings.Rate)*r.Settings.LatencySeconds) {
 			t.Errorf("%s: %d idle and %d offered-rate samples", name, d.LatencyIdle.Samples, d.LatencyAtRate.Samples)
 		}
+		if idle := d.Drain; idle.DispatcherIdleAnonMiB+idle.DispatcherIdleFileMiB > idle.DispatcherIdleRSSMiB+0.2 {
+			t.Errorf("%s: idle RSS %.1f MiB is less than its anonymous %.1f and file %.1f MiB", name,
+				idle.DispatcherIdleRSSMiB, idle.DispatcherIdleAnonMiB, idle.DispatcherIdleFileMiB)
+		}
 		if l := d.LatencyIdle; l.P50Ms > l.P90Ms || l.P90Ms > l.P99Ms || l.P99Ms > l.MaxMs {
 			t.Errorf("%s: idle percentiles out of order: %+v", name, l)
 		}

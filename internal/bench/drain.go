@@ -34,6 +34,9 @@ type drainSpec struct {
 	// failedAllowed counts messages the driver refused for good (rows left failed, not
 	// delivered) as failed rather than missing: big payloads above a broker's limit.
 	failedAllowed bool
+	// idle first starts the dispatcher on an empty table and reads its resident set
+	// idle (idleRSS).
+	idle bool
 }
 
 // drainOutcome is a drain's figures and what the scale modes read beside them.
@@ -55,7 +58,7 @@ type drainOutcome struct {
 // Time runs from the child's "dispatching" log line (its pool connected, its schema
 // checked) until the table shows no pending or leased row, asked every 10 ms.
 func (b *bench) drain(ctx context.Context, driverType string) (benchDrain, error) {
-	out, err := b.drainWith(ctx, drainSpec{driver: driverType})
+	out, err := b.drainWith(ctx, drainSpec{driver: driverType, idle: true})
 	return out.benchDrain, err
 }
 
@@ -68,6 +71,11 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 	replicas := max(spec.replicas, 1)
 	if replicas > 1 {
 		phase += fmt.Sprintf(", %d replicas", replicas)
+	}
+	if spec.idle {
+		if err := b.idleRSS(ctx, spec.driver, cmp.Or(spec.binary, b.opt.binary), &out.benchDrain); err != nil {
+			return out, fmt.Errorf("bench: %s, idle: %w", phase, err)
+		}
 	}
 	if !spec.filled {
 		if err := b.fill(ctx, phase, n); err != nil {
@@ -219,7 +227,8 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 	if spec.until != nil {
 		moved = out.published
 	}
-	r := benchDrain{Messages: int64(n), Seconds: round(elapsed.Seconds(), 3), MsgsPerSec: round(float64(moved)/elapsed.Seconds(), 1)}
+	r := out.benchDrain // the idle figures, if measured
+	r.Messages, r.Seconds, r.MsgsPerSec = int64(n), round(elapsed.Seconds(), 3), round(float64(moved)/elapsed.Seconds(), 1)
 	for _, child := range children {
 		cpu, rss := child.usage()
 		r.DispatcherCPUSeconds += cpu

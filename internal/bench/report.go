@@ -77,8 +77,12 @@ type benchDrain struct {
 	CountedBy            string  `json:"counted_by"`
 	DispatcherCPUSeconds float64 `json:"dispatcher_cpu_seconds"`
 	DispatcherPeakRSSMiB float64 `json:"dispatcher_peak_rss_mib"`
-	ReadyDispatchingMs   float64 `json:"ready_dispatching_ms"`
-	ReadyzMs             float64 `json:"ready_readyz_ms"`
+	// The same dispatcher idle on an empty table before the drain (idleRSS).
+	DispatcherIdleRSSMiB  float64 `json:"dispatcher_idle_rss_mib"`
+	DispatcherIdleAnonMiB float64 `json:"dispatcher_idle_anon_mib"`
+	DispatcherIdleFileMiB float64 `json:"dispatcher_idle_file_mib"`
+	ReadyDispatchingMs    float64 `json:"ready_dispatching_ms"`
+	ReadyzMs              float64 `json:"ready_readyz_ms"`
 }
 
 type benchLatency struct {
@@ -234,6 +238,9 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	})
 	row("  dispatcher peak RSS MiB", func(d *benchDriverReport) string {
 		return strconv.FormatFloat(d.Drain.DispatcherPeakRSSMiB, 'f', 1, 64)
+	})
+	row("  dispatcher idle RSS MiB", func(d *benchDriverReport) string {
+		return strconv.FormatFloat(d.Drain.DispatcherIdleRSSMiB, 'f', 1, 64)
 	})
 	rateTitle := fmt.Sprintf("latency at %s msg/s", thousands(float64(s.Rate)))
 	row(rateTitle+" p50 ms", func(d *benchDriverReport) string { return ms(d.LatencyAtRate.P50Ms) })

@@ -23,6 +23,15 @@ func printAB(w io.Writer, ab *benchAB) {
 			x.A.DispatcherCPUSeconds, x.B.DispatcherCPUSeconds, x.Ratio.DispatcherCPUSeconds,
 			x.A.DispatcherPeakRSSMiB, x.B.DispatcherPeakRSSMiB, x.Ratio.DispatcherPeakRSSMiB)
 	}
+	fmt.Fprintf(w, "%-12s %10s %10s %8s %10s %10s %8s %10s %10s %8s\n", "driver", "A idle MiB", "B idle MiB", "B÷A",
+		"A disp ms", "B disp ms", "B÷A", "A ready ms", "B ready ms", "B÷A")
+	for _, d := range slices.Sorted(maps.Keys(ab.Drivers)) {
+		x := ab.Drivers[d]
+		fmt.Fprintf(w, "%-12s %10.1f %10.1f %8.3f %10.1f %10.1f %8.3f %10.1f %10.1f %8.3f\n", d,
+			x.A.DispatcherIdleRSSMiB, x.B.DispatcherIdleRSSMiB, x.Ratio.DispatcherIdleRSSMiB,
+			x.A.ReadyDispatchingMs, x.B.ReadyDispatchingMs, x.Ratio.ReadyDispatchingMs,
+			x.A.ReadyzMs, x.B.ReadyzMs, x.Ratio.ReadyzMs)
+	}
 	for _, d := range slices.Sorted(maps.Keys(ab.Drivers)) {
 		x := ab.Drivers[d]
 		fmt.Fprintf(w, "%-12s B÷A msg/s per round %v, median %.3f\n", d, x.Ratio.RunsMsgsPerSec, x.Ratio.MedianOfRuns)

@@ -30,6 +30,8 @@ type benchABSide struct {
 	MsgsPerSec           float64   `json:"msgs_per_sec"`
 	DispatcherCPUSeconds float64   `json:"dispatcher_cpu_seconds"`
 	DispatcherPeakRSSMiB float64   `json:"dispatcher_peak_rss_mib"`
+	DispatcherIdleRSSMiB float64   `json:"dispatcher_idle_rss_mib"`
+	ReadyDispatchingMs   float64   `json:"ready_dispatching_ms"`
 	ReadyzMs             float64   `json:"ready_readyz_ms"`
 	RunsMsgsPerSec       []float64 `json:"runs_msgs_per_sec"`
 }
@@ -43,6 +45,9 @@ type benchABRatio struct {
 	MedianOfRuns         float64   `json:"median_of_runs_msgs_per_sec"`
 	DispatcherCPUSeconds float64   `json:"dispatcher_cpu_seconds"`
 	DispatcherPeakRSSMiB float64   `json:"dispatcher_peak_rss_mib"`
+	DispatcherIdleRSSMiB float64   `json:"dispatcher_idle_rss_mib"`
+	ReadyDispatchingMs   float64   `json:"ready_dispatching_ms"`
+	ReadyzMs             float64   `json:"ready_readyz_ms"`
 }
 
 // abDrains runs driver's drain rounds times with the baseline binary and with the
@@ -52,7 +57,7 @@ func (b *bench) abDrains(ctx context.Context, driver string) (*benchABDriver, be
 	var a, cur []benchDrain
 	for range b.opt.set.Rounds {
 		for _, bin := range []string{b.opt.set.BaselineBinary, b.opt.binary} {
-			d, err := b.drainWith(ctx, drainSpec{driver: driver, binary: bin})
+			d, err := b.drainWith(ctx, drainSpec{driver: driver, binary: bin, idle: true})
 			if err != nil {
 				return nil, benchDrain{}, err
 			}
@@ -73,7 +78,10 @@ func (b *bench) abDrains(ctx context.Context, driver string) (*benchABDriver, be
 	}
 	r.Ratio = benchABRatio{MsgsPerSec: ratio(r.B.MsgsPerSec, r.A.MsgsPerSec),
 		DispatcherCPUSeconds: ratio(r.B.DispatcherCPUSeconds, r.A.DispatcherCPUSeconds),
-		DispatcherPeakRSSMiB: ratio(r.B.DispatcherPeakRSSMiB, r.A.DispatcherPeakRSSMiB)}
+		DispatcherPeakRSSMiB: ratio(r.B.DispatcherPeakRSSMiB, r.A.DispatcherPeakRSSMiB),
+		DispatcherIdleRSSMiB: ratio(r.B.DispatcherIdleRSSMiB, r.A.DispatcherIdleRSSMiB),
+		ReadyDispatchingMs:   ratio(r.B.ReadyDispatchingMs, r.A.ReadyDispatchingMs),
+		ReadyzMs:             ratio(r.B.ReadyzMs, r.A.ReadyzMs)}
 	for i := range cur {
 		r.Ratio.RunsMsgsPerSec = append(r.Ratio.RunsMsgsPerSec, ratio(cur[i].MsgsPerSec, a[i].MsgsPerSec))
 	}
@@ -94,6 +102,8 @@ func abSide(runs []benchDrain) benchABSide {
 		MsgsPerSec:           pick(func(d benchDrain) float64 { return d.MsgsPerSec }),
 		DispatcherCPUSeconds: pick(func(d benchDrain) float64 { return d.DispatcherCPUSeconds }),
 		DispatcherPeakRSSMiB: pick(func(d benchDrain) float64 { return d.DispatcherPeakRSSMiB }),
+		DispatcherIdleRSSMiB: pick(func(d benchDrain) float64 { return d.DispatcherIdleRSSMiB }),
+		ReadyDispatchingMs:   pick(func(d benchDrain) float64 { return d.ReadyDispatchingMs }),
 		ReadyzMs:             pick(func(d benchDrain) float64 { return d.ReadyzMs }),
 	}
 	for _, r := range runs {

@@ -122,6 +122,10 @@ func TestABModeRunsBaselineAndCurrentAlternatelyAndReportsTheirRatios(t *testing
 	if len(x.Ratio.RunsMsgsPerSec) != 2 || !near(x.Ratio.RunsMsgsPerSec[1], x.B.RunsMsgsPerSec[1]/x.A.RunsMsgsPerSec[1]) {
 		t.Errorf("per-round ratios %v from A %v and B %v", x.Ratio.RunsMsgsPerSec, x.A.RunsMsgsPerSec, x.B.RunsMsgsPerSec)
 	}
+	if x.A.DispatcherIdleRSSMiB <= 0 || x.B.DispatcherIdleRSSMiB <= 0 || !near(x.Ratio.DispatcherIdleRSSMiB, x.B.DispatcherIdleRSSMiB/x.A.DispatcherIdleRSSMiB) ||
+		x.A.ReadyDispatchingMs <= 0 || !near(x.Ratio.ReadyzMs, x.B.ReadyzMs/x.A.ReadyzMs) {
+		t.Errorf("idle RSS and start figures %+v from A %+v and B %+v", x.Ratio, x.A, x.B)
+	}
 	if r.ReadyMs.Drains != 4 || r.ReadyMs.ReadyzMs <= 0 || r.ReadyMs.DispatchingMs <= 0 {
 		t.Errorf("ready_ms %+v, want the medians of 4 drains", r.ReadyMs)
 	}
