@@ -104,7 +104,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	defer func() {
 		if err != nil {
-			go closeEarly(early) // the listener never ran: nothing else takes it
+			go closeEarly(ctx, early) // the listener never ran: nothing else takes it
 		}
 	}()
 	if start == nil {
@@ -464,9 +464,9 @@ func listenEarly(ctx context.Context, listen store.ListenConfig) chan *store.Not
 
 // closeEarly closes the listening connection opened ahead for a dispatcher that was
 // not built after all.
-func closeEarly(early <-chan *store.Notifications) {
+func closeEarly(ctx context.Context, early <-chan *store.Notifications) {
 	if conn := <-early; conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(ctx)
 	}

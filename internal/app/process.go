@@ -118,7 +118,7 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 	conns, err := waitForDatabase(ctx, o.cfg, o.log, o.notReady)
 	if err != nil {
 		if opt.early != nil {
-			go closeEarly(opt.early)
+			go closeEarly(ctx, opt.early)
 		}
 		return wrap(err)
 	}
