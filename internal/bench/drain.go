@@ -235,7 +235,9 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 		r.DispatcherPeakRSSMiB = max(r.DispatcherPeakRSSMiB, rss)
 	}
 	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = round(r.DispatcherCPUSeconds, 3), round(r.DispatcherPeakRSSMiB, 1)
-	r.ReadyDispatchingMs, r.ReadyzMs = children[0].readiness()
+	if !spec.idle { // the idle start's, on an empty table, are the cleaner figure
+		r.ReadyDispatchingMs, r.ReadyzMs = children[0].readiness()
+	}
 	b.readiness = append(b.readiness, [2]float64{r.ReadyDispatchingMs, r.ReadyzMs})
 	if r.DeliveredInTable, err = b.deliveredInTable(ctx, int64(n)); err != nil {
 		return out, fmt.Errorf("bench: %s: count delivered rows: %w", phase, err)

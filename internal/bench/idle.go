@@ -16,8 +16,9 @@ const idleSettle = time.Second
 // idleRSS starts the dispatcher binary with driver's configuration on an empty table,
 // reads its resident set idleSettle after "dispatching" (/proc/<pid>/status: VmRSS,
 // and its split into RssAnon, what the process allocated, and RssFile, pages of its
-// binary and libraries), stops it, and records them on d. Where there is no /proc the
-// figures stay 0.
+// binary and libraries), stops it, and records them on d, with its exec → dispatching
+// and exec → /readyz 200: a start that no backlog competes with. Where there is no
+// /proc the resident figures stay 0.
 func (b *bench) idleRSS(ctx context.Context, driver, binary string, d *benchDrain) error {
 	if err := b.empty(ctx); err != nil {
 		return err
@@ -51,6 +52,7 @@ func (b *bench) idleRSS(ctx context.Context, driver, binary string, d *benchDrai
 	if err := child.stop(); err != nil {
 		return err
 	}
+	d.ReadyDispatchingMs, d.ReadyzMs = child.readiness()
 	mib := func(key string) float64 { return round(float64(status[key])/1024, 1) }
 	d.DispatcherIdleRSSMiB, d.DispatcherIdleAnonMiB, d.DispatcherIdleFileMiB = mib("VmRSS"), mib("RssAnon"), mib("RssFile")
 	return nil
