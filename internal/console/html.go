@@ -70,6 +70,15 @@ func (p *page) attr(name markup, value string) {
 	p.raw(`"`)
 }
 
+// errorLine writes s as the page's error paragraph, or nothing when s is empty.
+func (p *page) errorLine(s string) {
+	if s != "" {
+		p.raw(`<p class="error">`)
+		p.text(s)
+		p.raw("</p>\n")
+	}
+}
+
 // hidden writes a hidden form field.
 func (p *page) hidden(name markup, value string) {
 	p.raw(`<input type="hidden" name="`, name, `"`)

@@ -51,11 +51,7 @@ func (c *console) render(w http.ResponseWriter, status int, s *session, title st
 
 func (d loginData) write(p *page, _ view) {
 	p.raw("<h1>Log in</h1>\n")
-	if d.Error != "" {
-		p.raw(`<p class="error">`)
-		p.text(d.Error)
-		p.raw("</p>\n")
-	}
+	p.errorLine(d.Error)
 	p.raw(`<form method="post" action="/ui/login">`, "\n",
 		`<label>Token <input type="password" name="token" autocomplete="current-password" required autofocus></label>`, "\n",
 		"<button>Log in</button>\n</form>\n",

@@ -34,11 +34,7 @@ func (d messagesData) write(p *page, v view) {
 	p.raw(` placeholder="to" size="8"></label>`, "\n", `<label>Error contains <input name="error"`)
 	p.attr("value", q.Error)
 	p.raw("></label>\n<button>List</button>\n</form>\n")
-	if d.Error != "" {
-		p.raw(`<p class="error">`)
-		p.text(d.Error)
-		p.raw("</p>\n")
-	}
+	p.errorLine(d.Error)
 	if d.Short {
 		p.raw(`<p class="note">Scanned `)
 		p.num(d.Page.Scanned)

@@ -24,11 +24,7 @@ func (d streamsPage) table(p *page) {
 			p.raw(")</small>")
 		}
 		p.raw("</h2>\n")
-		if o.Error != "" {
-			p.raw(`<p class="error">`)
-			p.text(o.Error)
-			p.raw("</p>\n")
-		}
+		p.errorLine(o.Error)
 		p.raw("<table>\n<thead><tr><th>Stream</th><th>Driver</th><th>Breaker</th><th>Pending</th><th>In flight</th>",
 			"<th>Failed</th><th>Expired</th><th>Deferred</th><th>Oldest pending</th><th>Blocked keys</th><th>Flowing on</th>")
 		if o.Activity {
@@ -127,11 +123,7 @@ func (d replicasData) write(p *page, _ view) {
 		p.raw("<h2>Outbox ")
 		p.text(o.Name)
 		p.raw("</h2>\n")
-		if o.Error != "" {
-			p.raw(`<p class="error">`)
-			p.text(o.Error)
-			p.raw("</p>\n")
-		}
+		p.errorLine(o.Error)
 		p.raw("<table>\n<thead><tr><th>Session</th><th>Application name</th><th>Client</th><th>Connected for</th>",
 			"<th>Janitor</th><th>Flowing streams</th></tr></thead>\n<tbody>\n")
 		for _, h := range o.Holders {
