@@ -111,7 +111,7 @@ func newDispatcher(t *testing.T, reg prometheus.Registerer) *dispatcher {
 		Stream: "orders", BatchSize: 100, Concurrency: 2, PollInterval: 200 * time.Millisecond,
 		LeaseTTL: 600 * time.Millisecond, PublishTimeout: 500 * time.Millisecond,
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, MaxAttempts: 2,
-	}, st, &stallingPublisher{inner: publisher("orders"), reclaimed: d.probe.reclaimed, stalled: map[int64]bool{}}, d.bus)
+	}, st, &stallingPublisher{inner: publisher("orders"), token: leaseToken(pg), stalled: map[int64]bool{}}, d.bus)
 	audit := pipeline(t, dispatch.PipelineConfig{Stream: "audit", PollInterval: 200 * time.Millisecond}, st, publisher("audit"), d.bus)
 	ledger := pipeline(t, dispatch.PipelineConfig{
 		Stream: "ledger", BatchSize: 10, PollInterval: 100 * time.Millisecond,
@@ -200,31 +200,36 @@ func (d *dispatcher) insertBlockedKey(t *testing.T, ctx context.Context, stream 
 
 // stallingPublisher publishes through the real driver, except that a batch holding a
 // message of topic stall (the first time that message is claimed) waits until the
-// janitor reclaimed an expired lease before it publishes: its write-back then finds
+// janitor reclaimed its expired lease before it publishes: its write-back then finds
 // the lease moved on. Messages of topic flaky are refused every time.
 type stallingPublisher struct {
-	inner     dispatch.Publisher
-	reclaimed <-chan struct{}
+	inner dispatch.Publisher
+	token func(ctx context.Context, id int64) (string, error) // the row's lease token, "" for none
 
 	mu      sync.Mutex
 	stalled map[int64]bool
 }
 
 func (p *stallingPublisher) Publish(ctx context.Context, msgs []router.Message) []error {
-	stall := false
+	stall, id := false, int64(0)
 	p.mu.Lock()
 	for _, m := range msgs {
 		if m.Topic == topicStall && !p.stalled[m.ID] {
-			p.stalled[m.ID], stall = true, true
+			p.stalled[m.ID], stall, id = true, true, m.ID
 		}
 	}
 	p.mu.Unlock()
 	if stall {
-		select {
-		case <-p.reclaimed: // the lease of this very batch expired and was taken back
-		case <-time.After(10 * time.Second): // never reclaimed: the test's wait reports it
-		}
+		// Until the row's lease token changes: the janitor took this very lease back. (Any
+		// reclaim was not enough: on a loaded machine other batches' leases ran out first,
+		// the stalled batch published in time, and no lease conflict came.)
 		ctx = context.WithoutCancel(ctx) // a broker that answers late, after the lease
+		claimed, err := p.token(ctx, id)
+		for deadline := time.Now().Add(10 * time.Second); err == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if now, err := p.token(ctx, id); err != nil || now != claimed {
+				break // never reclaimed: the test's wait reports it
+			}
+		}
 	}
 	errs := p.inner.Publish(ctx, msgs)
 	for i, m := range msgs {
@@ -233,6 +238,15 @@ func (p *stallingPublisher) Publish(ctx context.Context, msgs []router.Message) 
 		}
 	}
 	return errs
+}
+
+// leaseToken reads a row's lease token ("" when it has none) from pg's table.
+func leaseToken(pg *testenv.PG) func(ctx context.Context, id int64) (string, error) {
+	return func(ctx context.Context, id int64) (string, error) {
+		var token string
+		err := pg.Pool.QueryRow(ctx, `SELECT coalesce(lease_token::text, '') FROM `+pg.Table.Qualified()+` WHERE id = $1`, id).Scan(&token)
+		return token, err
+	}
 }
 
 // probe follows the events the load must produce, so the test waits for them instead
@@ -250,15 +264,13 @@ type probe struct {
 	expired          map[string]int
 	blocked          map[string]events.BlockedKeys // the last sample per stream
 
-	changed       chan struct{} // a non-blocking nudge after every event
-	reclaimed     chan struct{} // closed at the first LeasesReclaimed
-	reclaimedOnce sync.Once
+	changed chan struct{} // a non-blocking nudge after every event
 }
 
 func newProbe() *probe {
 	return &probe{
 		published: map[string]int{}, failed: map[string]int{}, deadLetter: map[events.DeadLetterResult]int{},
-		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, expired: map[string]int{}, blocked: map[string]events.BlockedKeys{}, changed: make(chan struct{}, 1), reclaimed: make(chan struct{}),
+		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, expired: map[string]int{}, blocked: map[string]events.BlockedKeys{}, changed: make(chan struct{}, 1),
 	}
 }
 
@@ -276,7 +288,6 @@ func (p *probe) handle(e events.Event) {
 		p.blocked[e.Stream] = e
 	case events.LeasesReclaimed:
 		p.reclaimedRows += e.Count
-		p.reclaimedOnce.Do(func() { close(p.reclaimed) })
 	case events.DeadLetterForwarded:
 		p.deadLetter[e.Result]++
 	case events.BreakerChanged:
