@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -140,19 +139,7 @@ func (p *dispatcherProcess) usage() (cpuSeconds, peakRSSMiB float64) {
 
 // readPeakRSS returns the peak resident set of a running process in KiB from
 // /proc/<pid>/status (VmHWM), or 0 where there is no such file.
-func readPeakRSS(pid int) int64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kib
-		}
-	}
-	return 0
-}
+func readPeakRSS(pid int) int64 { return procStatus(pid)["VmHWM"] }
 
 func startDispatcher(ctx context.Context, binary string, environ []string) (*dispatcherProcess, error) {
 	p := &dispatcherProcess{dispatching: make(chan struct{}), exited: make(chan struct{}), ready: make(chan struct{}), discarded: -1}
