@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +24,7 @@ type startConns struct{ first, second *pgx.Conn }
 func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
 	c, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, connectAttemptTimeout)
 	defer cancel()
