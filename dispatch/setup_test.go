@@ -281,8 +281,14 @@ func must(t *testing.T, err error) {
 // app set, only sessions of that application_name: a pooled session picked by its lock
 // may have moved on to other work by the time it is killed.
 func (f *fixture) killTableSessions(app string) int64 {
+	// Bounded: the caller is a publish whose batch holds a pool connection in its claim's
+	// transaction, and when every pool connection was so held by batches all asking at
+	// once, none was left for this and the test hung until go test's timeout. Then no
+	// session is killed this time.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	var n int64
-	if err := f.pg.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+	if err := f.pg.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
 		JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE l.relation = $1::regclass AND l.mode = 'RowShareLock' AND l.pid <> pg_backend_pid()
 		  AND ($2 = '' OR a.application_name = $2)`, f.pg.Table.Qualified(), app).Scan(&n); err != nil {
