@@ -114,7 +114,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	behind := cfg.Database.Pooler == config.PoolerTransaction
 	if cfg.Database.Pooler == config.PoolerAuto {
-		if behind, err = store.BehindPoolerOn(ctx, start.first, start.second); err != nil {
+		if behind, err = store.BehindPoolerOn(ctx, start.first.Conn(), start.second.Conn()); err != nil {
 			return nil, fmt.Errorf("connect to database: database_url: %w", err)
 		}
 	}
@@ -129,6 +129,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	d := &Dispatcher{log: logger, bus: events.NewBus(logger)}
 	defer func() {
 		if err != nil {
+			start.release() // the pool's Close waits for its connections
 			d.close()
 		}
 	}()
@@ -137,11 +138,8 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	serverSettings(poolConfig, cfg.Database, behind)
-	poolConfig.MaxConns = max(poolConfig.MaxConns, 4) // janitor, samplers, admin API
 	pipeConfig := pipelineSessions(poolConfig, cfg.Database, cfg.Streams, behind)
-	if d.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
+	d.pool = start.adopt()
 	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
@@ -158,16 +156,19 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
-	// The general pool's first connection opens while the schema is checked on a start
-	// connection: /readyz asks on the pool.
-	go warm(ctx, d.pool)
+	// The schema is checked on a start connection, with the simple protocol (a
+	// transaction pooler forwards it); then both go back into the general pool, where
+	// /readyz, the shared poll and the janitor find them open.
 	err = checkSchema(ctx, n, cfg.SessionURL(), func(ctx context.Context) (uint, bool, error) {
-		return d.store.SchemaVersionOn(ctx, start.second)
+		return d.store.SchemaVersionOn(ctx, start.second.Conn())
 	})
-	start.close()
+	if err == nil {
+		err = start.settle(ctx, behind)
+	}
 	if err != nil {
 		return nil, err
 	}
+	start.release()
 	if cfg.Janitor.Partitions.Enabled {
 		partitioned, err := d.store.Partitioned(ctx)
 		if err != nil {
@@ -347,13 +348,6 @@ func checkSchema(ctx context.Context, name table.Name, dsn string, version func(
 		return fmt.Errorf("%s: schema is at version %d, this build needs %d: run `outboxd migrate up` or start with --migrate", name, v, want)
 	}
 	return nil
-}
-
-// warm opens pool's first connection and leaves it idle in the pool.
-func warm(ctx context.Context, pool *pgxpool.Pool) {
-	if c, err := pool.Acquire(ctx); err == nil {
-		c.Release()
-	}
 }
 
 // housekeepingDelay holds back the janitor's first cycle and the samplers' first

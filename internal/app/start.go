@@ -4,42 +4,97 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
 )
 
-// startConns are the two connections to database_url that run opens, both at once, to
-// learn that the database answers; the dispatcher then asks the pooler probe's
-// questions on them and checks the schema on the second, instead of opening a
-// connection for each of those in a row. Each connection's handshake (TLS included) is
-// most of what it costs, so the way to ready waits for one handshake where it waited
-// for three (docs/benchmarks.md, exec → ready). They carry database_url's own settings
-// only: until the probe has answered, the server may be a pooler that refuses others.
-type startConns struct{ first, second *pgx.Conn }
+// How the general pool's connections are set, known once the pooler probe has
+// answered (or at once when database.pooler says).
+const (
+	modeUnknown int32 = iota // database_url's own settings: the server may be a pooler that refuses others
+	modeDirect               // PostgreSQL itself: JIT off, the server notices dead peers (serverSettings)
+	modeBehind               // a transaction pooler: exec mode, no settings asked for
+)
 
-// openStart opens both; when either fails, it closes the other and returns that error.
+// startConns is the general pool as run opens it, with the first two connections it
+// opened, both at once, to learn that the database answers. The dispatcher asks the
+// pooler probe's questions on the two and checks the schema on the second; then they
+// go back into the pool, which the dispatcher keeps. Each connection's handshake (TLS
+// included, and the server's fork of a process for it) is most of what it costs: the
+// way to ready waits for one handshake where it waited for three, and /readyz finds
+// the pool's connections open instead of waiting for one more (docs/benchmarks.md,
+// exec → ready).
+//
+// Until the probe has answered, the two carry database_url's own settings only; once
+// it has, the pool's next connections are set by mode, and settle gives the two the
+// same settings (or closes them behind a pooler: a connection's exec mode is fixed at
+// its start).
+type startConns struct {
+	pool          *pgxpool.Pool
+	first, second *pgxpool.Conn
+	mode          *atomic.Int32
+	// direct are the settings a connection to PostgreSQL itself asks for that
+	// database_url does not set already.
+	direct  map[string]string
+	adopted bool
+}
+
+// openStart opens the general pool and its first two connections, both at once; when
+// either fails, it closes the pool and returns that error.
 func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
-	c, err := pgx.ParseConfig(cfg.DatabaseURL)
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
+	given := maps.Clone(pc.ConnConfig.RuntimeParams)
+	serverSettings(pc, cfg.Database, false) // the dialer stays; the settings wait for the probe
+	s := &startConns{mode: new(atomic.Int32), direct: map[string]string{}}
+	for k, v := range pc.ConnConfig.RuntimeParams {
+		if _, set := given[k]; !set {
+			s.direct[k] = v
+		}
+	}
+	pc.ConnConfig.RuntimeParams = given
+	pc.MaxConns = max(pc.MaxConns, 4) // janitor, samplers, admin API
+	switch cfg.Database.Pooler {
+	case config.PoolerNone:
+		s.mode.Store(modeDirect)
+	case config.PoolerTransaction:
+		s.mode.Store(modeBehind)
+	}
+	mode, direct := s.mode, s.direct
+	pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		switch mode.Load() {
+		case modeDirect:
+			maps.Copy(cc.RuntimeParams, direct)
+		case modeBehind:
+			cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
+		return nil
+	}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, connectAttemptTimeout)
 	defer cancel()
-	type opened struct {
-		conn *pgx.Conn
+	type acquired struct {
+		conn *pgxpool.Conn
 		err  error
 	}
-	second := make(chan opened, 1)
+	second := make(chan acquired, 1)
 	go func() {
-		conn, err := pgx.ConnectConfig(ctx, c)
-		second <- opened{conn, err}
+		conn, err := s.pool.Acquire(ctx)
+		second <- acquired{conn, err}
 	}()
-	first, err := pgx.ConnectConfig(ctx, c)
+	first, err := s.pool.Acquire(ctx)
 	o := <-second
-	s := &startConns{first: first, second: o.conn}
+	s.first, s.second = first, o.conn
 	if err = errors.Join(err, o.err); err != nil {
 		s.close()
 		return nil, err
@@ -47,14 +102,76 @@ func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
 	return s, nil
 }
 
-// close closes whichever of the two is still open, in the background.
+// settle sets the pool's next connections by what the probe found, and the two it
+// holds to match: directly, the settings the others ask for at their start, in one
+// statement each; behind a pooler it closes the two, which would prepare statements on
+// a server session the next transaction may not get.
+func (s *startConns) settle(ctx context.Context, behind bool) error {
+	if s.mode.Load() != modeUnknown {
+		return nil // set from the start: database.pooler is not auto
+	}
+	if behind {
+		s.mode.Store(modeBehind)
+		for _, c := range []*pgxpool.Conn{s.first, s.second} {
+			closeConn(c.Conn()) // a closed connection leaves the pool at release
+		}
+		return nil
+	}
+	s.mode.Store(modeDirect)
+	if len(s.direct) == 0 {
+		return nil
+	}
+	sql, args := "SELECT", []any{pgx.QueryExecModeSimpleProtocol}
+	for k, v := range s.direct {
+		if len(args) > 1 {
+			sql += ","
+		}
+		sql += fmt.Sprintf(" set_config($%d, $%d, false)", len(args), len(args)+1)
+		args = append(args, k, v)
+	}
+	errs := make(chan error, 2)
+	for _, c := range []*pgxpool.Conn{s.first, s.second} {
+		go func() {
+			_, err := c.Exec(ctx, sql, args...)
+			errs <- err
+		}()
+	}
+	if err := errors.Join(<-errs, <-errs); err != nil {
+		return fmt.Errorf("connect to database: set the session: %w", err)
+	}
+	return nil
+}
+
+// adopt hands the pool to the dispatcher, which closes it from then on; the two
+// connections go back into it at release.
+func (s *startConns) adopt() *pgxpool.Pool {
+	s.adopted = true
+	return s.pool
+}
+
+// release puts the two connections back into the pool.
+func (s *startConns) release() {
+	if s == nil {
+		return
+	}
+	for _, c := range []**pgxpool.Conn{&s.first, &s.second} {
+		if *c != nil {
+			(*c).Release()
+			*c = nil
+		}
+	}
+}
+
+// close releases the two and closes the pool, unless the dispatcher adopted it.
 func (s *startConns) close() {
 	if s == nil {
 		return
 	}
-	go closeConn(s.first)
-	go closeConn(s.second)
-	s.first, s.second = nil, nil
+	s.release()
+	if !s.adopted && s.pool != nil {
+		go s.pool.Close()
+		s.pool = nil
+	}
 }
 
 func closeConn(conn *pgx.Conn) {
