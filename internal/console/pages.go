@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/outboxd/outboxd/internal/ops"
 )
@@ -232,15 +233,18 @@ type messageData struct {
 	TraceLink link
 }
 
-// traceparent is a W3C trace context header of version 00 or later.
-var traceparent = regexp.MustCompile(`^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$`)
+// traceparent is a W3C trace context header of version 00 or later, compiled when a
+// message page first asks (its bounded repetitions make a program of 20 KB).
+var traceparent = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$`)
+})
 
 // traceOf returns the trace id of a message's traceparent header, or "". An all-zero
 // id is invalid by the specification.
 func traceOf(headers map[string]string) string {
 	for k, v := range headers {
 		if strings.EqualFold(k, "traceparent") {
-			if m := traceparent.FindStringSubmatch(strings.TrimSpace(v)); m != nil && strings.Trim(m[1], "0") != "" {
+			if m := traceparent().FindStringSubmatch(strings.TrimSpace(v)); m != nil && strings.Trim(m[1], "0") != "" {
 				return m[1]
 			}
 		}

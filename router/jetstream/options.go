@@ -3,6 +3,7 @@ package jetstream
 import (
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outboxd/outboxd/router"
@@ -49,8 +50,9 @@ func DefaultOptions() Options {
 }
 
 // streamNamePattern is what a provisioned JetStream stream may be called: a name the
-// server takes that is also a single subject token.
-var streamNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// server takes that is also a single subject token. Compiled at its first use: its
+// bounded repetition makes a 60 KB program, which every start paid for in init.
+var streamNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`) })
 
 // Validate returns every problem with the options.
 func (o Options) Validate() []driveropt.Problem {
@@ -61,7 +63,7 @@ func (o Options) Validate() []driveropt.Problem {
 	k := func(f string) string { return "provision." + f }
 	if p.Enabled && p.Stream == "" {
 		c.Add(k("stream"), "required when provision.enabled is true: the name of the JetStream stream to create")
-	} else if p.Stream != "" && !streamNamePattern.MatchString(p.Stream) {
+	} else if p.Stream != "" && !streamNamePattern().MatchString(p.Stream) {
 		c.Add(k("stream"), "must be 1 to 64 ASCII letters, digits, '_' or '-'; got %s", driveropt.Quote(p.Stream))
 	}
 	c.OneOf(k("retention"), p.Retention, "limits", "interest", "workqueue")
