@@ -71,6 +71,9 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 	if r.Settings.BatchSizeFrom != "default" || r.Settings.Messages != 2000 {
 		t.Errorf("settings %+v: want run's default batch size and --quick's 2000 messages", r.Settings)
 	}
+	if d := r.Drivers["discard"]; d != nil && d.Drain.CPURatioToDiscard != 1 {
+		t.Errorf("discard: CPU-bound ratio to itself %v, want 1", d.Drain.CPURatioToDiscard)
+	}
 	for name, d := range r.Drivers {
 		if d == nil {
 			t.Fatalf("driver %s: no figures", name)
@@ -91,6 +94,13 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 		if idle := d.Drain; idle.DispatcherIdleAnonMiB+idle.DispatcherIdleFileMiB > idle.DispatcherIdleRSSMiB+0.2 {
 			t.Errorf("%s: idle RSS %.1f MiB is less than its anonymous %.1f and file %.1f MiB", name,
 				idle.DispatcherIdleRSSMiB, idle.DispatcherIdleAnonMiB, idle.DispatcherIdleFileMiB)
+		}
+		// The server is on this machine: where the drain's CPU went is known.
+		if dr := d.Drain; dr.DatabaseCPUSeconds == nil || dr.CPUBusy <= 0 || dr.CPUBusy > 1.5 || dr.CPURatioToDiscard <= 0 ||
+			dr.CPUUsPerMsg < (*dr.DatabaseCPUSeconds+dr.BenchCPUSeconds)/float64(n)*1e6-0.1 {
+			t.Errorf("%s: database CPU %v s, bench CPU %v s, busy %v, %v µs/msg, CPU-bound ÷ discard %v: want the database's "+
+				"known, busy in (0, 1.5], µs/msg at least the database's and bench's share, a positive ratio", name,
+				dr.DatabaseCPUSeconds, dr.BenchCPUSeconds, dr.CPUBusy, dr.CPUUsPerMsg, dr.CPURatioToDiscard)
 		}
 		if l := d.LatencyIdle; l.P50Ms > l.P90Ms || l.P90Ms > l.P99Ms || l.P99Ms > l.MaxMs {
 			t.Errorf("%s: idle percentiles out of order: %+v", name, l)

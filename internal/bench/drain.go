@@ -132,6 +132,7 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 		}
 	}
 	start := time.Now()
+	cpuAtStart := markCPU(postmaster, local, children)
 	var left atomic.Int64
 	left.Store(int64(n))
 	b.progress.begin(phase, int64(n), func() int64 { return int64(n) - left.Load() })
@@ -208,6 +209,7 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 	if local {
 		out.serverCPU = round(serverCPU(postmaster)-cpuBefore, 2)
 	}
+	cpuInDrain := markCPU(postmaster, local, children).since(cpuAtStart)
 	for _, child := range children {
 		if c := child.metric(ctx, "outboxd_lease_conflicts_total"); c > 0 {
 			out.leaseConflicts += int64(c)
@@ -235,6 +237,7 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 		r.DispatcherPeakRSSMiB = max(r.DispatcherPeakRSSMiB, rss)
 	}
 	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = round(r.DispatcherCPUSeconds, 3), round(r.DispatcherPeakRSSMiB, 1)
+	r.cpuShares(cpuInDrain, moved)
 	if !spec.idle { // the idle start's, on an empty table, are the cleaner figure
 		r.ReadyDispatchingMs, r.ReadyzMs = children[0].readiness()
 	}

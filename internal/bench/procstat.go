@@ -89,3 +89,31 @@ func serverCPU(postmaster int) (seconds float64) {
 	}
 	return seconds + reapedCPU(postmaster)
 }
+
+// cpuMark is the CPU time so far of the processes a drain keeps busy: the database
+// server (when local), the bench process itself (its embedded brokers, the consumer
+// counting arrivals) and the dispatchers. Two marks bracket the drain.
+type cpuMark struct {
+	server, self, dispatchers float64
+	local                     bool // the server's figure is known
+	dispatchersKnown          bool // every dispatcher's /proc/<pid>/stat was read
+}
+
+func markCPU(postmaster int, local bool, children []*dispatcherProcess) cpuMark {
+	m := cpuMark{self: selfCPUSeconds(), local: local, dispatchersKnown: true}
+	if local {
+		m.server = serverCPU(postmaster)
+	}
+	for _, c := range children {
+		_, cpu, ok := procStat(c.cmd.Process.Pid)
+		m.dispatchers += cpu
+		m.dispatchersKnown = m.dispatchersKnown && ok
+	}
+	return m
+}
+
+// since is the CPU each spent between start and m.
+func (m cpuMark) since(start cpuMark) cpuMark {
+	return cpuMark{server: m.server - start.server, self: m.self - start.self, dispatchers: m.dispatchers - start.dispatchers,
+		local: m.local && start.local, dispatchersKnown: m.dispatchersKnown && start.dispatchersKnown}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,33 @@ type benchDrain struct {
 	DispatcherIdleFileMiB float64 `json:"dispatcher_idle_file_mib"`
 	ReadyDispatchingMs    float64 `json:"ready_dispatching_ms"`
 	ReadyzMs              float64 `json:"ready_readyz_ms"`
+	// Where the machine's CPU went while the drain ran (cpuShares).
+	DatabaseCPUSeconds *float64 `json:"database_cpu_seconds"`
+	BenchCPUSeconds    float64  `json:"bench_cpu_seconds"`
+	CPUBusy            float64  `json:"cpu_busy,omitempty"`
+	CPUUsPerMsg        float64  `json:"cpu_us_per_msg,omitempty"`
+	CPURatioToDiscard  float64  `json:"cpu_ratio_to_discard,omitempty"`
+}
+
+// cpuShares records the CPU the drain of moved messages cost while it ran (in, two
+// cpuMarks apart): the database server's, the bench process's own (its embedded
+// brokers and the consumer that counts arrivals) and the dispatchers'. With all three
+// known (a local server, Linux), CPUBusy is their sum over CPUs × the drain's seconds,
+// near 1 when the drain kept the whole machine busy, and CPUUsPerMsg their sum per
+// message: what a message cost the machine, whichever process spent it.
+func (d *benchDrain) cpuShares(in cpuMark, moved int64) {
+	d.BenchCPUSeconds = round(in.self, 3)
+	if !in.local {
+		return
+	}
+	server := round(in.server, 2)
+	d.DatabaseCPUSeconds = &server
+	if !in.dispatchersKnown || d.Seconds <= 0 || moved <= 0 {
+		return
+	}
+	total := in.server + in.self + in.dispatchers
+	d.CPUBusy = round(total/(float64(runtime.NumCPU())*d.Seconds), 2)
+	d.CPUUsPerMsg = round(total/float64(moved)*1e6, 1)
 }
 
 type benchLatency struct {
@@ -137,6 +165,11 @@ func (r *benchReport) finish(missingIn map[string]int64) {
 		}
 		if discard != nil && discard.Drain.MsgsPerSec > 0 {
 			d.Drain.RatioToDiscard = round(d.Drain.MsgsPerSec/discard.Drain.MsgsPerSec, 3)
+		}
+		if discard != nil && d.Drain.CPUUsPerMsg > 0 {
+			// What ratio_to_discard would be if both drains could only go as fast as
+			// the machine's CPUs let them.
+			d.Drain.CPURatioToDiscard = round(discard.Drain.CPUUsPerMsg/d.Drain.CPUUsPerMsg, 3)
 		}
 		r.Missing += d.Drain.Missing
 	}
@@ -236,6 +269,14 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	row("  dispatcher CPU s", func(d *benchDriverReport) string {
 		return strconv.FormatFloat(d.Drain.DispatcherCPUSeconds, 'f', 2, 64)
 	})
+	row("  CPU busy (all processes ÷ CPUs)", func(d *benchDriverReport) string { return ratio(d.Drain.CPUBusy) })
+	row("  CPU µs/msg (dispatcher+db+bench)", func(d *benchDriverReport) string {
+		if d.Drain.CPUUsPerMsg == 0 {
+			return "—"
+		}
+		return strconv.FormatFloat(d.Drain.CPUUsPerMsg, 'f', 1, 64)
+	})
+	row("  CPU-bound ÷ discard", func(d *benchDriverReport) string { return ratio(d.Drain.CPURatioToDiscard) })
 	row("  dispatcher peak RSS MiB", func(d *benchDriverReport) string {
 		return strconv.FormatFloat(d.Drain.DispatcherPeakRSSMiB, 'f', 1, 64)
 	})

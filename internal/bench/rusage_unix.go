@@ -30,6 +30,16 @@ func SelfPeakRSSMiB() float64 {
 	return maxRSSMiB(&ru)
 }
 
+// selfCPUSeconds is this process's CPU time (user + system) so far: the bench's own
+// goroutines and every broker embedded in it.
+func selfCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 func maxRSSMiB(ru *syscall.Rusage) float64 {
 	if runtime.GOOS == "darwin" || runtime.GOOS == "ios" {
 		return float64(ru.Maxrss) / (1 << 20) // bytes there
