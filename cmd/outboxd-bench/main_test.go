@@ -29,6 +29,15 @@ func dispatcher(t *testing.T) string {
 	return testenv.GoBuild(t, "../outboxd", filepath.Join(t.TempDir(), "outboxd"))
 }
 
+// dispatcherWithFloor is dispatcher with outboxd-floor built beside it, as make build
+// lays them out, so that the bench times the floor too.
+func dispatcherWithFloor(t *testing.T) string {
+	t.Helper()
+	bin := dispatcher(t)
+	testenv.GoBuild(t, "../outboxd-floor", filepath.Join(filepath.Dir(bin), "outboxd-floor"))
+	return bin
+}
+
 func TestEveryVerbAnswersHelpAndRefusesUnknownFlags(t *testing.T) {
 	t.Parallel()
 	for verb := range verbs {

@@ -72,6 +72,9 @@ func jsonPaths(t reflect.Type, prefix string) []string {
 		var out []string
 		for i := range t.NumField() {
 			f := t.Field(i)
+			if !f.IsExported() && !f.Anonymous {
+				continue // encoding/json leaves it out
+			}
 			if f.Anonymous {
 				out = append(out, jsonPaths(f.Type, prefix)...)
 				continue

@@ -18,7 +18,8 @@ const idleSettle = time.Second
 // and its split into RssAnon, what the process allocated, and RssFile, pages of its
 // binary and libraries), stops it, and records them on d, with its exec → dispatching
 // and exec → /readyz 200: a start that no backlog competes with. Where there is no
-// /proc the resident figures stay 0.
+// /proc the resident figures stay 0. Just before, it times outboxd-floor's start with
+// the same environment (floorStart).
 func (b *bench) idleRSS(ctx context.Context, driver, binary string, d *benchDrain) error {
 	if err := b.empty(ctx); err != nil {
 		return err
@@ -27,19 +28,17 @@ func (b *bench) idleRSS(ctx context.Context, driver, binary string, d *benchDrai
 	if err != nil {
 		return err
 	}
-	child, err := startDispatcher(ctx, binary, benchEnviron(b.o.Environ, cfg))
+	environ := benchEnviron(b.o.Environ, cfg)
+	if err := b.floorStart(ctx, environ); err != nil {
+		return fmt.Errorf("the floor before it: %w", err)
+	}
+	child, err := startDispatcher(ctx, binary, environ)
 	if err != nil {
 		return err
 	}
 	defer child.kill()
-	select {
-	case <-child.dispatching:
-	case <-child.exited:
-		return child.failure("exited before dispatching")
-	case <-time.After(30 * time.Second):
-		return child.failure("did not start dispatching within 30s")
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := awaitStart(ctx, child, child.dispatching, "dispatching"); err != nil {
+		return err
 	}
 	select {
 	case <-time.After(idleSettle):

@@ -134,11 +134,19 @@ type benchDriverReport struct {
 }
 
 // benchReady is exec → ready of a drain's dispatcher process: its "dispatching" log
-// line, and its /readyz first answering 200 (asked every millisecond).
+// line, and its /readyz first answering 200 (asked every millisecond). The floor is the
+// same of outboxd-floor, started before each idle start (floorStart).
 type benchReady struct {
-	Drains        int     `json:"drains"`
-	DispatchingMs float64 `json:"dispatching"`
-	ReadyzMs      float64 `json:"readyz"`
+	Drains             int     `json:"drains"`
+	DispatchingMs      float64 `json:"dispatching"`
+	ReadyzMs           float64 `json:"readyz"`
+	FloorStarts        int     `json:"floor_starts"`
+	FloorDispatchingMs float64 `json:"floor_dispatching"`
+	FloorReadyzMs      float64 `json:"floor_readyz"`
+	DispatchingToFloor float64 `json:"dispatching_to_floor"`
+	ReadyzToFloor      float64 `json:"readyz_to_floor"`
+	// floorMissing is where outboxd-floor was looked for and not found ("" when found).
+	floorMissing string
 }
 
 func readyFigures(drains [][2]float64) benchReady {
@@ -236,8 +244,8 @@ func printBenchReport(w io.Writer, r *benchReport) {
 		r.Producer.EnqueueUsPerMsg, r.Producer.BatchSize, r.Producer.BatchSize, r.Producer.EnqueueBatchUsPerMsg)
 	fmt.Fprintf(w, "            bare pgx CopyFrom of the same rows %.1f µs/msg; EnqueueBatch ÷ CopyFrom %.2f (interleaved)\n",
 		r.Producer.CopyUsPerMsg, r.Producer.BatchToCopy)
-	fmt.Fprintf(w, "ready       exec → dispatching %.1f ms, exec → /readyz 200 %.1f ms (median of %d drains)\n\n",
-		r.ReadyMs.DispatchingMs, r.ReadyMs.ReadyzMs, r.ReadyMs.Drains)
+	printReady(w, "ready       ", r.ReadyMs)
+	fmt.Fprintln(w)
 
 	const label = "%-34s"
 	fmt.Fprintf(w, label, "")

@@ -84,7 +84,6 @@ func printScale(w io.Writer, r *benchReport) {
 		}
 		fmt.Fprintf(w, "  large ÷ small %.3f\n\n", bl.RatioToSmall)
 	}
-	fmt.Fprintf(w, "ready: exec → dispatching %.1f ms, exec → /readyz 200 %.1f ms (median of %d drains)\n",
-		r.ReadyMs.DispatchingMs, r.ReadyMs.ReadyzMs, r.ReadyMs.Drains)
+	printReady(w, "ready: ", r.ReadyMs)
 	printVerdict(w, r)
 }

@@ -25,8 +25,9 @@ var built struct {
 	out  []byte
 }
 
-// outboxdBinary builds cmd/outboxd once for the tests of this file: the drains run it
-// as their dispatcher process (inside `go test` this executable is the test binary).
+// outboxdBinary builds cmd/outboxd, and cmd/outboxd-floor beside it, once for the tests
+// of this file: the drains run it as their dispatcher process (inside `go test` this
+// executable is the test binary).
 func outboxdBinary(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {
@@ -36,7 +37,11 @@ func outboxdBinary(t *testing.T) string {
 			return
 		}
 		built.bin = filepath.Join(dir, "outboxd")
-		built.out, built.err = testenv.Build("../../cmd/outboxd", built.bin)
+		if built.out, built.err = testenv.Build("../../cmd/outboxd", built.bin); built.err != nil {
+			return
+		}
+		// Beside it, as make build lays them out: the idle starts time the floor too.
+		built.out, built.err = testenv.Build("../../cmd/outboxd-floor", filepath.Join(dir, floorProgram))
 	})
 	if built.err != nil {
 		t.Fatalf("build outboxd for the drains' dispatcher (needs the go tool on PATH): %v\n%s", built.err, built.out)
@@ -126,8 +131,8 @@ func TestABModeRunsBaselineAndCurrentAlternatelyAndReportsTheirRatios(t *testing
 		x.A.ReadyDispatchingMs <= 0 || !near(x.Ratio.ReadyzMs, x.B.ReadyzMs/x.A.ReadyzMs) {
 		t.Errorf("idle RSS and start figures %+v from A %+v and B %+v", x.Ratio, x.A, x.B)
 	}
-	if r.ReadyMs.Drains != 4 || r.ReadyMs.ReadyzMs <= 0 || r.ReadyMs.DispatchingMs <= 0 {
-		t.Errorf("ready_ms %+v, want the medians of 4 drains", r.ReadyMs)
+	if f := r.ReadyMs; f.Drains != 4 || f.ReadyzMs <= 0 || f.DispatchingMs <= 0 || f.FloorStarts != 4 || f.FloorReadyzMs <= 0 {
+		t.Errorf("ready_ms %+v, want the medians of 4 drains and of the floor started before each", r.ReadyMs)
 	}
 	if !slices.Contains(x.B.RunsMsgsPerSec, r.Drivers["discard"].Drain.MsgsPerSec) {
 		t.Errorf("the driver's drain (%v msg/s) is not one of the current binary's runs %v", r.Drivers["discard"].Drain.MsgsPerSec, x.B.RunsMsgsPerSec)
