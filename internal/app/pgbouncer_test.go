@@ -31,8 +31,11 @@ import (
 type pooledWorld struct {
 	pg             *testenv.PG
 	pooled, direct string // database_url through PgBouncer; the direct listen URL
-	nats           *testenv.NATSServer
-	ctx            context.Context
+	// pooledApp is the application_name of pooled's server sessions: the world's own, as
+	// the PgBouncer tests share a database and one kills its world's sessions by name.
+	pooledApp string
+	nats      *testenv.NATSServer
+	ctx       context.Context
 	// dbErrors counts failed claims and write-backs of every replica; firstErr is the first.
 	dbErrors atomic.Int64
 	firstErr atomic.Value
@@ -54,7 +57,8 @@ func newPooledWorld(t *testing.T) *pooledWorld {
 	t.Helper()
 	w := &pooledWorld{pg: testenv.NewPG(t), nats: testenv.NewNATS(t)}
 	b := testenv.NewPgBouncer(t, 8)
-	w.pooled = withAppName(t, b.DSN(t, w.pg.DSN), "outboxd-pooled")
+	w.pooledApp = "outboxd-pooled-" + w.pg.Table.Schema
+	w.pooled = withAppName(t, b.DSN(t, w.pg.DSN), w.pooledApp)
 	w.direct = withAppName(t, w.pg.DSN, "outboxd-direct")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -286,7 +290,7 @@ func TestBehindPgBouncerTwoReplicasDeliverEveryMessageAndWakeOnNotifications(t *
 		for kill.Err() == nil {
 			var n int
 			if err := w.pg.Pool.QueryRow(w.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = 'outboxd-pooled'`).Scan(&n); err != nil {
+				WHERE datname = current_database() AND application_name = $1`, w.pooledApp).Scan(&n); err != nil {
 				t.Errorf("kill the pooler's server sessions: %v", err)
 				return
 			}
