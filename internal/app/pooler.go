@@ -69,13 +69,19 @@ func probe(ctx context.Context, key, dsn string) (bool, error) {
 // dead peer. Directly, settings (each kept where database_url makes its own) turn JIT
 // off and make the server notice a dead peer too (deadPeers).
 func serverSettings(c *pgxpool.Config, d config.Database, behind bool) {
-	given := maps.Clone(c.ConnConfig.RuntimeParams)
+	sessionSettings(c.ConnConfig, d, behind)
+}
+
+// sessionSettings is serverSettings for one connection's configuration (the general
+// pool applies it to each connection it opens once the pooler probe has answered).
+func sessionSettings(c *pgx.ConnConfig, d config.Database, behind bool) {
+	given := maps.Clone(c.RuntimeParams)
 	// Every statement here is short and planned once; JIT compilation only adds latency.
-	c.ConnConfig.RuntimeParams["jit"] = "off"
-	deadPeers(&c.ConnConfig.Config, d)
+	c.RuntimeParams["jit"] = "off"
+	deadPeers(&c.Config, d)
 	if behind {
-		c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-		c.ConnConfig.RuntimeParams = given
+		c.DefaultQueryExecMode = pgx.QueryExecModeExec
+		c.RuntimeParams = given
 	}
 }
 

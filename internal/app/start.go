@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync/atomic"
 	"time"
 
@@ -52,15 +51,18 @@ func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
-	given := maps.Clone(pc.ConnConfig.RuntimeParams)
-	serverSettings(pc, cfg.Database, false) // the dialer stays; the settings wait for the probe
+	// The two start with database_url's own settings and deadPeers' dialer (our side of
+	// the socket notices a dead peer whatever the server is); direct is what a direct
+	// session asks for beyond them, which settle sets on the two.
+	direct := pc.ConnConfig.Copy()
+	sessionSettings(direct, cfg.Database, false)
+	pc.ConnConfig.DialFunc = direct.DialFunc
 	s := &startConns{mode: new(atomic.Int32), direct: map[string]string{}}
-	for k, v := range pc.ConnConfig.RuntimeParams {
-		if _, set := given[k]; !set {
+	for k, v := range direct.RuntimeParams {
+		if _, set := pc.ConnConfig.RuntimeParams[k]; !set {
 			s.direct[k] = v
 		}
 	}
-	pc.ConnConfig.RuntimeParams = given
 	pc.MaxConns = max(pc.MaxConns, 4) // janitor, samplers, admin API
 	switch cfg.Database.Pooler {
 	case config.PoolerNone:
@@ -68,13 +70,10 @@ func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
 	case config.PoolerTransaction:
 		s.mode.Store(modeBehind)
 	}
-	mode, direct := s.mode, s.direct
+	mode, db := s.mode, cfg.Database
 	pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-		switch mode.Load() {
-		case modeDirect:
-			maps.Copy(cc.RuntimeParams, direct)
-		case modeBehind:
-			cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+		if m := mode.Load(); m != modeUnknown {
+			sessionSettings(cc, db, m == modeBehind)
 		}
 		return nil
 	}
