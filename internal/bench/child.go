@@ -141,6 +141,21 @@ func (p *dispatcherProcess) usage() (cpuSeconds, peakRSSMiB float64) {
 // /proc/<pid>/status (VmHWM), or 0 where there is no such file.
 func readPeakRSS(pid int) int64 { return procStatus(pid)["VmHWM"] }
 
+// awaitStart waits until ch closes (a child's "dispatching" or its /readyz 200), failing
+// when the child exits first, within 30s, or when ctx ends.
+func awaitStart(ctx context.Context, child *dispatcherProcess, ch <-chan struct{}, what string) error {
+	select {
+	case <-ch:
+		return nil
+	case <-child.exited:
+		return child.failure("exited before " + what)
+	case <-time.After(30 * time.Second):
+		return child.failure("did not reach " + what + " within 30s")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func startDispatcher(ctx context.Context, binary string, environ []string) (*dispatcherProcess, error) {
 	p := &dispatcherProcess{dispatching: make(chan struct{}), exited: make(chan struct{}), ready: make(chan struct{}), discarded: -1}
 	p.cmd = exec.CommandContext(ctx, binary, "run")

@@ -121,14 +121,8 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 		children[i] = child
 	}
 	for _, child := range children {
-		select {
-		case <-child.dispatching:
-		case <-child.exited:
-			return out, child.failure("exited before dispatching")
-		case <-time.After(30 * time.Second):
-			return out, child.failure("did not start dispatching within 30s")
-		case <-ctx.Done():
-			return out, ctx.Err()
+		if err := awaitStart(ctx, child, child.dispatching, "dispatching"); err != nil {
+			return out, err
 		}
 	}
 	start := time.Now()
@@ -205,11 +199,12 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 	}
 	elapsed := time.Since(start)
 	left.Store(0)
+	cpuAtEnd := markCPU(postmaster, local, children)
+	cpuInDrain := cpuAtEnd.since(cpuAtStart)
 	out.serverCPU = -1
 	if local {
-		out.serverCPU = round(serverCPU(postmaster)-cpuBefore, 2)
+		out.serverCPU = round(cpuAtEnd.server-cpuBefore, 2)
 	}
-	cpuInDrain := markCPU(postmaster, local, children).since(cpuAtStart)
 	for _, child := range children {
 		if c := child.metric(ctx, "outboxd_lease_conflicts_total"); c > 0 {
 			out.leaseConflicts += int64(c)

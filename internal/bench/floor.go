@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/outboxd/outboxd/internal/cli"
 )
@@ -20,21 +19,6 @@ const floorProgram = "outboxd-floor"
 func floorBeside(dispatcher string) (path string, found bool) {
 	path, err := cli.Beside(dispatcher, floorProgram)
 	return path, err == nil
-}
-
-// awaitStart waits until ch closes (a child's "dispatching" or its /readyz 200), failing
-// when the child exits first, within 30s, or when ctx ends.
-func awaitStart(ctx context.Context, child *dispatcherProcess, ch <-chan struct{}, what string) error {
-	select {
-	case <-ch:
-		return nil
-	case <-child.exited:
-		return child.failure("exited before " + what)
-	case <-time.After(30 * time.Second):
-		return child.failure("did not reach " + what + " within 30s")
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // floorStart starts outboxd-floor with environ (the idle start's), waits for its
