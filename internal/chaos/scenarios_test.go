@@ -386,10 +386,13 @@ func replicaStoppedPastLease() scenario {
 			if err != nil {
 				return err
 			}
-			// A claim r2 had sent when it stopped may have run, and its own deadline then
-			// abandoned it on SIGCONT: r2 never knew those rows, so it writes nothing back
-			// for them. It names the claim's token; count the held rows leased under it.
-			abandoned, err := abandonedClaims(stopped.log, resumed)
+			// A claim whose own deadline abandoned it may have run all the same: r2
+			// never knew those rows, so it writes nothing back for them. It names the
+			// claim's token; count the held rows leased under it. Read the whole log:
+			// the claim may have been one r2 had sent when it stopped (abandoned on
+			// SIGCONT) or one abandoned before the stop on a loaded machine, whose
+			// rows were still leased to r2 when it was caught.
+			abandoned, err := abandonedClaims(stopped.log)
 			if err != nil {
 				return err
 			}
@@ -559,9 +562,9 @@ func rowsPerToken(w *world, ids []int64) (map[string]int, error) {
 	return out, rows.Err()
 }
 
-// abandonedClaims reads a replica's log for the tokens of claims it abandoned at their
-// deadline since since.
-func abandonedClaims(log string, since time.Time) ([]string, error) {
+// abandonedClaims reads a replica's log for the tokens of the claims it abandoned at
+// their deadline.
+func abandonedClaims(log string) ([]string, error) {
 	raw, err := os.ReadFile(log)
 	if err != nil {
 		return nil, err
@@ -572,10 +575,9 @@ func abandonedClaims(log string, since time.Time) ([]string, error) {
 			continue
 		}
 		var rec struct {
-			Time  time.Time `json:"time"`
-			Token string    `json:"lease_token"`
+			Token string `json:"lease_token"`
 		}
-		if json.Unmarshal([]byte(line), &rec) == nil && !rec.Time.Before(since) && rec.Token != "" {
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Token != "" {
 			out = append(out, rec.Token)
 		}
 	}
