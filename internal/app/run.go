@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,9 +65,17 @@ func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	var dispatching atomic.Int32
 	for _, ob := range outboxes {
 		g.Go(func() error {
-			return ob.run(gctx, o.Migrate, tp, cfg.Tracing.Enabled, func() { adm.serve(cfg, metricsHandler, logger) })
+			return ob.run(gctx, o.Migrate, tp, cfg.Tracing.Enabled, func() {
+				adm.serve(cfg, metricsHandler, logger)
+				if int(dispatching.Add(1)) == len(outboxes) {
+					// Every outbox has started: what the start alone touched of the
+					// executable need not stay resident (startpages.go).
+					go releaseStartPagesAfter(gctx, startSettle, logger)
+				}
+			})
 		})
 	}
 	err = g.Wait()
