@@ -10,8 +10,11 @@ import (
 )
 
 // idleSettle is how long an idle dispatcher runs after its "dispatching" line before
-// its resident set is read: its start's garbage collected, its pools and timers settled.
-const idleSettle = time.Second
+// its resident set is read: its start's garbage collected, its pools and timers settled,
+// and, since outboxd releases its start's pages of the executable two seconds after
+// "dispatching" (internal/app/startpages.go), past that release by as much again plus a
+// second, so that what the idle loops touch has come back.
+const idleSettle = 5 * time.Second
 
 // idleRSS starts the dispatcher binary with driver's configuration on an empty table,
 // reads its resident set idleSettle after "dispatching" (/proc/<pid>/status: VmRSS,
