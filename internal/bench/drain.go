@@ -26,6 +26,10 @@ type drainSpec struct {
 	messages int    // backlog; 0 is --messages
 	// filled: the backlog is in the table already (the large-backlog mode fills it once).
 	filled bool
+	// delivered counts the backlog's rows delivered before the drain (the large-backlog
+	// mode's SQL ceiling acknowledged them): the drain's count of delivered rows leaves
+	// them out. messages still counts them.
+	delivered int64
 	// until, when set, ends the drain early: it is asked with the messages the
 	// dispatchers have published so far (their /metrics) and the time since start.
 	until func(published float64, since time.Duration) bool
@@ -240,6 +244,7 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 	if r.DeliveredInTable, err = b.deliveredInTable(ctx, int64(n)); err != nil {
 		return out, fmt.Errorf("bench: %s: count delivered rows: %w", phase, err)
 	}
+	r.DeliveredInTable -= spec.delivered
 	r.CountedBy = counter.countedBy()
 	// The discard counter reads one process's total: with several, their sum.
 	whole := &dispatcherProcess{discarded: discarded}

@@ -100,41 +100,65 @@ func (b *bench) fillTx(ctx context.Context, phase string, n, perTx int) error {
 	return nil
 }
 
-// sqlCeiling drains a backlog with the dispatcher's own claim and acknowledgement
-// statements and no broker: concurrency goroutines per stream, each claiming a batch
-// and acknowledging all of it, until nothing is left.
+// sqlCeiling fills a backlog of --messages and drains all of it with claimAck.
 func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 	n := b.opt.set.Messages
 	if err := b.fill(ctx, "SQL ceiling", n); err != nil {
 		return benchThroughput{}, err
 	}
+	return b.claimAck(ctx, "SQL ceiling", n)
+}
+
+// claimAck moves n rows of the backlog in the table with the dispatcher's own claim and
+// acknowledgement statements and no broker: concurrency goroutines per stream, each
+// claiming a batch and acknowledging all of it, until n rows are acknowledged (the whole
+// backlog when it is n rows, or its first n). The claimers share n out: none asks for
+// more rows than are left of it, and a claim gives back what it did not find, so exactly
+// n move.
+func (b *bench) claimAck(ctx context.Context, phase string, n int) (benchThroughput, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
-	var moved atomic.Int64
-	b.progress.begin("SQL ceiling", int64(n), moved.Load)
+	var moved, unasked atomic.Int64
+	unasked.Store(int64(n))
+	ask := func() int { // the next claim's limit; 0 once every row of n is asked for
+		for {
+			left := unasked.Load()
+			limit := min(left, int64(b.opt.set.BatchSize))
+			if limit <= 0 || unasked.CompareAndSwap(left, left-limit) {
+				return int(max(limit, 0))
+			}
+		}
+	}
+	b.progress.begin(phase, int64(n), moved.Load)
 	g, gctx := errgroup.WithContext(ctx)
 	lease := config.DefaultStream().LeaseTTL
 	start := time.Now()
 	for _, stream := range b.streams {
 		// Claims resume as a pipeline's do, from one store.Resume per stream shared
-		// by its claimers; a claimer stops when a claim from the start finds nothing.
+		// by its claimers; a claimer stops once every row of n is asked for, or when
+		// a claim from the start finds nothing.
 		resume := new(store.Resume)
 		for range b.opt.set.Concurrency {
 			g.Go(func() error {
 				var cur store.KeyCursor
 				for {
+					limit := ask()
+					if limit == 0 {
+						return nil
+					}
 					var c store.Claim
 					var err error
 					from := resume.From(time.Now())
 					if b.opt.set.Ordered {
-						c, err = b.store.ClaimOrdered(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, &cur)
+						c, err = b.store.ClaimOrdered(gctx, stream, limit, benchReplica, lease, &cur)
 					} else {
-						c, err = b.store.Claim(gctx, stream, b.opt.set.BatchSize, benchReplica, lease, from)
+						c, err = b.store.Claim(gctx, stream, limit, benchReplica, lease, from)
 					}
 					if err != nil {
 						return err
 					}
-					if resume.Claimed(c, b.opt.set.BatchSize); len(c.Messages) == 0 {
+					unasked.Add(int64(limit - len(c.Messages)))
+					if resume.Claimed(c, limit); len(c.Messages) == 0 {
 						if from.IsZero() || b.opt.set.Ordered {
 							return nil
 						}
@@ -153,11 +177,11 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 		}
 	}
 	if err := g.Wait(); err != nil {
-		return benchThroughput{}, fmt.Errorf("bench: SQL ceiling: %w", err)
+		return benchThroughput{}, fmt.Errorf("bench: %s: %w", phase, err)
 	}
 	t := benchThroughput{Messages: moved.Load(), Seconds: time.Since(start).Seconds()}
 	if t.Messages != int64(n) {
-		return t, fmt.Errorf("bench: SQL ceiling moved %d of %d rows", t.Messages, n)
+		return t, fmt.Errorf("bench: %s moved %d of %d rows", phase, t.Messages, n)
 	}
 	t.MsgsPerSec = round(float64(t.Messages)/t.Seconds, 1)
 	b.progress.end(fmt.Sprintf("%s msg/s", thousands(t.MsgsPerSec)))

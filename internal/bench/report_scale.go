@@ -77,12 +77,14 @@ func printScale(w io.Writer, r *benchReport) {
 		fmt.Fprintln(w)
 	}
 	if bl := r.Backlog; bl != nil {
-		fmt.Fprintf(w, "backlog (%s): drain rate over the first messages, and exec → first message out\n", bl.Driver)
+		fmt.Fprintf(w, "backlog (%s): drain rate over the first messages, and exec → first message out;\n"+
+			"the SQL ceiling over as many rows just before\n", bl.Driver)
 		for _, x := range []benchBacklogRun{bl.Small, bl.Large} {
 			fmt.Fprintf(w, "  %12s pending (filled in %.1fs): %s msg/s over %s messages, first out after %.1f ms, %d missing\n",
 				thousands(float64(x.Pending)), x.FillSeconds, thousands(x.MsgsPerSec), thousands(float64(x.Measured)), x.FirstOutMs, x.Missing)
+			fmt.Fprintf(w, "  %12s SQL ceiling %s msg/s, drain ÷ SQL ceiling %.3f\n", "", thousands(x.SQLCeilingMsgsPerSec), x.RatioToSQLCeiling)
 		}
-		fmt.Fprintf(w, "  large ÷ small %.3f\n\n", bl.RatioToSmall)
+		fmt.Fprintf(w, "  large ÷ small: drain %.3f, SQL ceiling %.3f\n\n", bl.RatioToSmall, bl.SQLCeilingRatioToSmall)
 	}
 	printReady(w, "ready: ", r.ReadyMs)
 	printVerdict(w, r)

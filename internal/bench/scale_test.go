@@ -177,7 +177,7 @@ func TestPayloadsModeDrainsEachSizeAndCountsMegabytes(t *testing.T) {
 	}
 }
 
-func TestBacklogModeMeasuresTheFirstMessagesOfALargeAndASmallBacklog(t *testing.T) {
+func TestBacklogModeMeasuresTheFirstMessagesOfALargeAndASmallBacklogAndTheirSQLCeilings(t *testing.T) {
 	t.Parallel()
 	r := runBench(t, "--drivers", "discard", "--backlog", "6000", "--backlog-sample", "500", "--messages", "1000")
 	bl := r.Backlog
@@ -188,9 +188,15 @@ func TestBacklogModeMeasuresTheFirstMessagesOfALargeAndASmallBacklog(t *testing.
 		if x.Measured < 500 || x.MsgsPerSec <= 0 || x.FirstOutMs <= 0 || x.Missing != 0 {
 			t.Errorf("backlog of %d: %+v", x.Pending, x)
 		}
+		if x.SQLCeilingMsgsPerSec <= 0 || !near(x.RatioToSQLCeiling, x.MsgsPerSec/x.SQLCeilingMsgsPerSec) {
+			t.Errorf("backlog of %d: SQL ceiling %v msg/s, drain ÷ it %v", x.Pending, x.SQLCeilingMsgsPerSec, x.RatioToSQLCeiling)
+		}
 	}
 	if bl.Small.Pending != 1000 || bl.Large.Pending != 6000 || !near(bl.RatioToSmall, bl.Large.MsgsPerSec/bl.Small.MsgsPerSec) {
 		t.Errorf("backlog %+v", bl)
+	}
+	if bl.SQLCeilingRatioToSmall <= 0 || !near(bl.SQLCeilingRatioToSmall, bl.Large.SQLCeilingMsgsPerSec/bl.Small.SQLCeilingMsgsPerSec) {
+		t.Errorf("SQL ceiling large ÷ small %v of %+v", bl.SQLCeilingRatioToSmall, bl)
 	}
 }
 
