@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -68,19 +69,7 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for {
-		var delivered int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM outbox.messages WHERE status = 'delivered' AND owner = 'run-test'`).Scan(&delivered); err != nil {
-			t.Fatal(err)
-		}
-		if delivered == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("row not delivered by outboxd run\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitDelivered(t, conn, "run-test", deadline, &stderr)
 	// The admin endpoints answer while it runs, without secrets.
 	addr := adminAddr(t, &stderr)
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/v1/stats": 200, "/metrics": 200, "/api/v1/messages/requeue": 403} {
@@ -136,6 +125,25 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 	if n := strings.Count(logs, "\n"); n > 20 {
 		t.Fatalf("%d log lines for one message: outboxd must not log per message\n%s", n, logs)
+	}
+}
+
+// awaitDelivered waits until one row of the outbox is delivered by the replica owner,
+// failing with run's logs at deadline.
+func awaitDelivered(t *testing.T, conn *pgx.Conn, owner string, deadline time.Time, logs *testenv.SyncBuffer) {
+	t.Helper()
+	for {
+		var delivered int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM outbox.messages WHERE status = 'delivered' AND owner = $1`, owner).Scan(&delivered); err != nil {
+			t.Fatal(err)
+		}
+		if delivered == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("row not delivered by outboxd run (replica %s)\n%s", owner, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -73,19 +73,7 @@ func TestRunLetsGoOfItsStartsPagesAndDeliversAfter(t *testing.T) {
 	if _, err := conn.Exec(ctx, `INSERT INTO outbox.messages (stream, topic, payload) VALUES ('orders', 'created', 'x')`); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		var delivered int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox.messages WHERE status = 'delivered' AND owner = 'pages-test'`).Scan(&delivered); err != nil {
-			t.Fatal(err)
-		}
-		if delivered == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the row committed after the releases was not delivered\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitDelivered(t, conn, "pages-test", deadline, &stderr)
 	cancel()
 	select {
 	case code := <-done:
