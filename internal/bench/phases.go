@@ -106,7 +106,7 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 	if err := b.fill(ctx, "SQL ceiling", n); err != nil {
 		return benchThroughput{}, err
 	}
-	return b.claimAck(ctx, "SQL ceiling", n)
+	return b.claimAck(ctx, "SQL ceiling", n, false)
 }
 
 // claimAck moves n rows of the backlog in the table with the dispatcher's own claim and
@@ -114,8 +114,10 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 // claiming a batch and acknowledging all of it, until n rows are acknowledged (the whole
 // backlog when it is n rows, or its first n). The claimers share n out: none asks for
 // more rows than are left of it, and a claim gives back what it did not find, so exactly
-// n move.
-func (b *bench) claimAck(ctx context.Context, phase string, n int) (benchThroughput, error) {
+// n move. With held (not for ordered streams), each claim is held in its transaction and
+// acknowledged by its commit (store.ClaimHeld, store.Commit), as a stream whose claim
+// mode is transaction, the default, claims; without, by lease (store.Claim, store.Ack).
+func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool) (benchThroughput, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
 	var moved, unasked atomic.Int64
@@ -149,9 +151,12 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int) (benchThrough
 					var c store.Claim
 					var err error
 					from := resume.From(time.Now())
-					if b.opt.set.Ordered {
+					switch {
+					case b.opt.set.Ordered:
 						c, err = b.store.ClaimOrdered(gctx, stream, limit, benchReplica, lease, &cur)
-					} else {
+					case held:
+						c, err = b.store.ClaimHeld(gctx, stream, limit, benchReplica, lease, from)
+					default:
 						c, err = b.store.Claim(gctx, stream, limit, benchReplica, lease, from)
 					}
 					if err != nil {
@@ -164,7 +169,11 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int) (benchThrough
 						}
 						continue
 					}
-					res, err := b.store.Ack(gctx, c.Token, c.IDs())
+					acknowledge := b.store.Ack
+					if held && !b.opt.set.Ordered {
+						acknowledge = b.store.Commit
+					}
+					res, err := acknowledge(gctx, c.Token, c.IDs())
 					if err != nil {
 						return err
 					}
