@@ -12,8 +12,9 @@ import (
 // first pass of each loop. A while after every outbox dispatches, outboxd lets go of its
 // mappings of those pages (releaseStartPages): the pages stay in the page cache, and
 // what the running dispatcher executes comes back on its next touch, a minor fault.
-// Idle, the resident set loses about a third; nothing the process computes changes, and
-// no page it wrote is dropped.
+// Idle, the resident set halves at first and settles a fifth below where it was
+// (docs/benchmarks.md, Memory); nothing the process computes changes, and no page it
+// wrote is dropped.
 
 // startSettle is how long after the last outbox's "dispatching" the start's pages are
 // released a second time: the pipelines' first claims, the listener and the first

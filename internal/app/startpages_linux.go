@@ -55,15 +55,14 @@ func releaseStartPages() (int64, error) {
 // Anonymous line reading 0) and have something resident.
 func startSpans(smaps io.Reader, ino uint64) ([]startSpan, error) {
 	var (
-		out  []startSpan
-		cur  startSpan
-		keep bool // the mapping under cur is a candidate so far
+		out []startSpan
+		cur startSpan // the mapping read now if it is a candidate so far; zero if not
 	)
 	flush := func() {
-		if keep && cur.anonKiB == 0 && cur.rssKiB > 0 {
+		if cur.end > 0 && cur.anonKiB == 0 && cur.rssKiB > 0 {
 			out = append(out, cur)
 		}
-		keep = false
+		cur = startSpan{}
 	}
 	sc := bufio.NewScanner(smaps)
 	for sc.Scan() {
@@ -73,7 +72,7 @@ func startSpans(smaps io.Reader, ino uint64) ([]startSpan, error) {
 			continue
 		}
 		if bytes.HasSuffix(fields[0], []byte(":")) { // a "Key: value kB" line
-			if !keep || len(fields) < 2 {
+			if cur.end == 0 || len(fields) < 2 {
 				continue
 			}
 			n, err := strconv.ParseInt(string(fields[1]), 10, 64)
@@ -104,7 +103,7 @@ func startSpans(smaps io.Reader, ino uint64) ([]startSpan, error) {
 		if err1 != nil || err2 != nil || end <= start {
 			continue
 		}
-		cur, keep = startSpan{start: uintptr(start), end: uintptr(end), anonKiB: -1}, true
+		cur = startSpan{start: uintptr(start), end: uintptr(end), anonKiB: -1}
 	}
 	flush()
 	return out, sc.Err()

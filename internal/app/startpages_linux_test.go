@@ -83,7 +83,7 @@ func rssFileKiB(t *testing.T) int64 {
 
 // TestReleasingTheStartsPagesShrinksTheResidentSetAndTheProcessRunsOn releases the
 // test binary's own pages, as outboxd run does after its start, and sees its resident
-// pages of files fall while the code it runs next faults back in.
+// pages of files fall; the test running on to its end is the code faulting back in.
 func TestReleasingTheStartsPagesShrinksTheResidentSetAndTheProcessRunsOn(t *testing.T) {
 	before := rssFileKiB(t)
 	released, err := releaseStartPages()
@@ -97,13 +97,5 @@ func TestReleasingTheStartsPagesShrinksTheResidentSetAndTheProcessRunsOn(t *test
 	}
 	if after > before-released/2 {
 		t.Fatalf("resident pages of files went from %d to %d KiB; want at least half of the %d released gone", before, after, released)
-	}
-	// The process runs on: code and data it had touched come back on demand.
-	var b strings.Builder
-	for i := range 1000 {
-		b.WriteString(strconv.Itoa(i))
-	}
-	if b.Len() == 0 {
-		t.Fatal("the process did not run on")
 	}
 }
