@@ -97,14 +97,7 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 
 	cancel() // SIGTERM
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("run exited %d\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop within 30s of its signal")
-	}
+	awaitExit(t, done, &stderr)
 
 	logs := stderr.String()
 	for _, secret := range []string{"db-secret-93b1", "nats-secret-7a2c"} {
@@ -144,6 +137,20 @@ func awaitDelivered(t *testing.T, conn *pgx.Conn, owner string, deadline time.Ti
 			t.Fatalf("row not delivered by outboxd run (replica %s)\n%s", owner, logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitExit waits up to 30s for run, whose context was just cancelled (its SIGTERM), to
+// return on done, and fails unless it exited 0.
+func awaitExit(t *testing.T, done <-chan int, logs *testenv.SyncBuffer) {
+	t.Helper()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("run exited %d\n%s", code, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30s of its signal")
 	}
 }
 

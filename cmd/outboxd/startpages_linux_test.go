@@ -75,12 +75,5 @@ func TestRunLetsGoOfItsStartsPagesAndDeliversAfter(t *testing.T) {
 	}
 	awaitDelivered(t, conn, "pages-test", deadline, &stderr)
 	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("run exited %d\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop within 30s of its signal")
-	}
+	awaitExit(t, done, &stderr)
 }
