@@ -131,6 +131,10 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool) (b
 			}
 		}
 	}
+	acknowledge := b.store.Ack
+	if held && !b.opt.set.Ordered {
+		acknowledge = b.store.Commit
+	}
 	b.progress.begin(phase, int64(n), moved.Load)
 	g, gctx := errgroup.WithContext(ctx)
 	lease := config.DefaultStream().LeaseTTL
@@ -168,10 +172,6 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool) (b
 							return nil
 						}
 						continue
-					}
-					acknowledge := b.store.Ack
-					if held && !b.opt.set.Ordered {
-						acknowledge = b.store.Commit
 					}
 					res, err := acknowledge(gctx, c.Token, c.IDs())
 					if err != nil {
