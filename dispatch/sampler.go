@@ -84,10 +84,10 @@ func (s *Sampler) sample(ctx context.Context, p Probe) error {
 }
 
 // maxProbeShare bounds the share of its time a probe spends sampling: a sample that
-// took d is followed by a wait of at least d / maxProbeShare. Counting a stream's backlog
-// reads every undelivered row (157 ms for 100,000 rows, about 1.5 s for 1,000,000, on a
-// 2-core machine), and every replica samples: at a 10 s interval four replicas would
-// spend more than half a core of the database counting a million-row backlog.
+// took d is followed by a wait of at least d / maxProbeShare. Every replica samples, and
+// a probe's cost can follow what it counts (the backlog's counts stop at
+// store.ExactCountLimit and estimate past it; the blocked keys and the unserved streams
+// are counted row by row).
 const maxProbeShare = 0.05
 
 // every samples p at once and then every interval (with jitter), or less often when

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -219,44 +218,4 @@ func (s *Store) Purge(ctx context.Context, retention time.Duration, limit int) (
 		return n, fmt.Errorf("purge expired rows from %s: %w", s.table, err)
 	}
 	return n + tag.RowsAffected(), nil
-}
-
-// Backlog is one stream's sampled state.
-type Backlog struct {
-	Stream           string
-	Pending          int64
-	Leased           int64
-	Failed           int64
-	Deferred         int64
-	Expired          int64         // expired rows retention still keeps
-	OldestPendingAge time.Duration // how long the oldest due pending row has waited; 0 when none is due
-}
-
-// Backlogs samples the named streams. Every count is answered from a partial index, so
-// its cost follows the backlog, not the number of delivered rows kept.
-func (s *Store) Backlogs(ctx context.Context, streams []string) ([]Backlog, error) {
-	if len(streams) == 0 {
-		return nil, errors.New("backlogs: no streams named")
-	}
-	rows, err := s.pool.Query(ctx, s.sql.backlog, streams)
-	if err != nil {
-		return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
-	}
-	defer rows.Close()
-	out := make([]Backlog, 0, len(streams))
-	for rows.Next() {
-		var b Backlog
-		var ageUs *int64
-		if err := rows.Scan(&b.Stream, &b.Pending, &b.Leased, &b.Failed, &b.Deferred, &b.Expired, &ageUs); err != nil {
-			return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
-		}
-		if ageUs != nil && *ageUs > 0 {
-			b.OldestPendingAge = time.Duration(*ageUs) * time.Microsecond
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
-	}
-	return out, nil
 }

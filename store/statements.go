@@ -12,7 +12,7 @@ type statements struct {
 	claim, ack, ackAgain, release, retry, deferral, fail string
 	claimOrderedFirst, claimOrderedAfter                 string
 	versionTableExists, schemaVersion                    string
-	reclaim, purge, backlog                              string
+	reclaim, purge, backlog, backlogSample               string
 	expire, purgeExpired                                 string
 	due                                                  string
 
@@ -38,6 +38,7 @@ func newStatements(n table.Name) statements {
 		purge:             strings.ReplaceAll(render(purgeSQL, n), "{{purged}}", n.Derived("purged")),
 		purgeExpired:      render(purgeExpiredSQL, n),
 		backlog:           render(backlogSQL, n),
+		backlogSample:     render(backlogSampleSQL, n),
 		due:               render(dueSQL, n),
 
 		heldClaim: render(renderLive(heldClaimSQL, "$4"), n),
@@ -243,22 +244,3 @@ WITH doomed AS (
         retention = excluded.retention, purged_at = excluded.purged_at
 )
 SELECT count(*) FROM gone`
-
-// backlogSQL samples the named streams, each count from its partial index (claim,
-// lease, failed, expired). The oldest pending age is how long the first row in claim order has
-// been due (now - available_at: the claim index's first entry), so messages delayed on
-// purpose or waiting out a retry backoff do not count as late; it is negative, and
-// reported as 0, when nothing is due yet. A row a producer dated ±infinity has no age
-// (subtracting it fails, which would fail the whole sample). It takes no locks.
-// Parameters: $1 streams.
-const backlogSQL = `
-SELECT s.stream,
-       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending'),
-       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'leased'),
-       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'failed'),
-       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'pending' AND deferred_since IS NOT NULL),
-       (SELECT count(*) FROM {{table}} WHERE stream = s.stream AND status = 'expired'),
-       (SELECT (extract(epoch FROM now() - min(available_at)) * 1000000)::bigint
-          FROM {{table}} WHERE stream = s.stream AND status = 'pending'
-            AND available_at > '-infinity' AND available_at < 'infinity')
-FROM unnest($1::text[]) AS s(stream)`

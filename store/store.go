@@ -133,6 +133,10 @@ type Store struct {
 
 	heldMu sync.Mutex
 	held   map[Token]heldClaim // open transactions of held claims (held.go)
+
+	// countLimit and samplePages are ExactCountLimit and backlogSamplePages, smaller
+	// in tests (backlog.go).
+	countLimit, samplePages int64
 }
 
 // New returns a Store for the outbox table n, reached through pool.
@@ -143,7 +147,8 @@ func New(pool *pgxpool.Pool, n table.Name, opts ...Option) (*Store, error) {
 	if err := n.Validate(); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{pool: pool, sessions: pool, table: n, sql: newStatements(n)}
+	s := &Store{pool: pool, sessions: pool, table: n, sql: newStatements(n),
+		countLimit: ExactCountLimit, samplePages: backlogSamplePages}
 	for _, o := range opts {
 		o(s)
 	}

@@ -48,6 +48,17 @@ func (p *page) text(s string) { _, _ = escaper.WriteString(&p.html, s) }
 // num writes n as text.
 func (p *page) num(n int64) { p.html.WriteString(strconv.FormatInt(n, 10)) }
 
+// approx writes n, marked as an estimate when it is one (ops.StreamStats.Approximate).
+func (p *page) approx(n int64, estimated bool) {
+	if estimated {
+		p.raw(`<span class="estimate" title="estimated from a sample of the table">~`)
+		p.num(n)
+		p.raw("</span>")
+		return
+	}
+	p.num(n)
+}
+
 // or writes s as text, or alt when s is empty.
 func (p *page) or(s, alt string) {
 	if s == "" {

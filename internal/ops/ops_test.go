@@ -3,11 +3,13 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/ops"
+	"github.com/outboxd/outboxd/store"
 )
 
 // TestEveryRefusedRequestIsInvalidAndNeverReachesTheStore runs each operation with a
@@ -87,5 +89,41 @@ func TestAnEmptyPageWhoseScanRanOutDoesNotSayNothingMatches(t *testing.T) {
 	}
 	if got := b.String(); strings.Contains(got, "no messages match\n") || !strings.Contains(got, "more may match") {
 		t.Errorf("an empty page whose scan ran out reads %q", got)
+	}
+}
+
+// TestStatsMarkEstimatedCountsAndOnlyThose: a count past the exact limit of a stream
+// sampled so is shown with "~" (its deferred count too, being counted among the pending
+// rows) and explained under the table; a count within the limit, and every count of a
+// stream counted exactly, is shown as it is.
+func TestStatsMarkEstimatedCountsAndOnlyThose(t *testing.T) {
+	past := int64(store.ExactCountLimit + 1)
+	for _, c := range []struct {
+		name string
+		st   ops.StreamStats
+		want string // the stream's row, spaces squeezed
+		note bool
+	}{
+		{"an estimated pending count marks it and the deferred one",
+			ops.StreamStats{Stream: "s", Pending: 2 * past, Failed: 7, Deferred: 40, Estimated: true},
+			fmt.Sprintf("s - ~%d 0 7 0 ~40 -", 2*past), true},
+		{"an estimated failed count marks only itself",
+			ops.StreamStats{Stream: "s", Pending: 3, Failed: past, Expired: 5, Estimated: true},
+			fmt.Sprintf("s - 3 0 ~%d 5 0 -", past), true},
+		{"a stream counted exactly is shown as it is, however large",
+			ops.StreamStats{Stream: "s", Pending: 3 * past, Failed: past, Expired: past, Deferred: 1},
+			fmt.Sprintf("s - %d 0 %d %d 1 -", 3*past, past, past), false},
+	} {
+		var b strings.Builder
+		if err := (ops.Stats{Table: "outbox.messages", Streams: []ops.StreamStats{c.st}}).WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(b.String(), "\n")
+		if row := strings.Join(strings.Fields(lines[1]), " "); row != c.want {
+			t.Errorf("%s: row %q; want %q", c.name, row, c.want)
+		}
+		if got := strings.Contains(b.String(), "~ estimated from a sample"); got != c.note {
+			t.Errorf("%s: explained estimates %v; want %v:\n%s", c.name, got, c.note, b.String())
+		}
 	}
 }

@@ -39,6 +39,20 @@ type StreamStats struct {
 	// Unserved marks a stream that has pending rows but is not configured: no pipeline
 	// of a replica sharing this configuration delivers them (outboxd_unserved_messages).
 	Unserved bool `json:"unserved,omitempty"`
+	// Estimated marks a stream whose counts past store.ExactCountLimit were estimated
+	// from a sample of the table's pages (Approximate says which).
+	Estimated bool `json:"estimated,omitempty"`
+}
+
+// Approximate says which of s's counts are estimates: with Estimated, those past
+// store.ExactCountLimit, and Deferred when Pending is one (deferred rows are counted
+// among the pending ones).
+func (s StreamStats) Approximate() (pending, failed, expired, deferred bool) {
+	if !s.Estimated {
+		return false, false, false, false
+	}
+	pending = s.Pending > store.ExactCountLimit
+	return pending, s.Failed > store.ExactCountLimit, s.Expired > store.ExactCountLimit, pending
 }
 
 // StatsRequest names what Stats samples: the configured streams and drivers (as
@@ -119,7 +133,7 @@ func (o *Ops) Stats(ctx context.Context, req StatsRequest) (Stats, error) {
 		s := StreamStats{
 			Stream: b.Stream, Driver: streams[i].Driver, Breaker: req.Breakers[b.Stream],
 			Pending: b.Pending, Leased: b.Leased, Failed: b.Failed, Expired: b.Expired, Deferred: b.Deferred,
-			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), Unserved: unserved[b.Stream],
+			OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), Unserved: unserved[b.Stream], Estimated: b.Estimated,
 		}
 		if streams[i].Ordered {
 			bl := blocked[b.Stream]

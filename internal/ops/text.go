@@ -3,9 +3,12 @@ package ops
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/outboxd/outboxd/store"
 )
 
 // WriteText writes each outbox's stats under a line naming it, or why it could not be
@@ -47,7 +50,7 @@ func (s Stats) WriteText(w io.Writer) error {
 		header += "\tBLOCKED KEYS\tWAITING BEHIND"
 	}
 	fmt.Fprintln(tw, header)
-	unserved := 0
+	unserved, estimated := 0, false
 	for _, st := range s.Streams {
 		age := "-"
 		if d := time.Duration(st.OldestPendingAgeSeconds * float64(time.Second)); d >= time.Second {
@@ -59,7 +62,10 @@ func (s Stats) WriteText(w io.Writer) error {
 		if st.Unserved {
 			driver, unserved = "UNSERVED", unserved+1
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", st.Stream, driver, st.Pending, st.Leased, st.Failed, st.Expired, st.Deferred, age)
+		p, f, e, d := st.Approximate()
+		estimated = estimated || p || f || e
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", st.Stream, driver, count(st.Pending, p), st.Leased,
+			count(st.Failed, f), count(st.Expired, e), count(st.Deferred, d), age)
 		switch {
 		case st.BlockedKeys != nil:
 			fmt.Fprintf(tw, "\t%d\t%d", *st.BlockedKeys, *st.BlockedMessages)
@@ -70,6 +76,12 @@ func (s Stats) WriteText(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if estimated {
+		if _, err := fmt.Fprintf(w, "\n~ estimated from a sample of the table: counts past %d are not counted row by row.\n",
+			store.ExactCountLimit); err != nil {
+			return err
+		}
 	}
 	if unserved > 0 {
 		_, err := fmt.Fprintf(w, "\n%d UNSERVED stream(s): pending rows under a stream no configured stream names; "+
@@ -120,4 +132,12 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// count writes n, marked "~" when it is an estimate.
+func count(n int64, estimated bool) string {
+	if estimated {
+		return "~" + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
 }
