@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -171,4 +174,38 @@ func TestSamplingABacklogPastTheLimitReadsAboutTheSamePagesHoweverLongItIs(t *te
 	if long >= 2*short {
 		t.Fatalf("sampling 100,000 rows read %d buffers, 20,000 rows %d: the cost grows with the backlog", long, short)
 	}
+}
+
+// Every page that tells where backlog counts turn into estimates names ExactCountLimit,
+// and none names another bound for them.
+func TestTheDocsNameTheExactCountLimit(t *testing.T) {
+	limit := thousands(ExactCountLimit)
+	bound := regexp.MustCompile(`(?:past|up to) ([0-9]{1,3}(?:,[0-9]{3})+)`)
+	for _, page := range []string{"metrics.md", "operations.md", "configuration.md", "sql-inspection.md"} {
+		doc, err := os.ReadFile("../docs/" + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := false
+		for _, sentence := range regexp.MustCompile(`[^.|]*estimat[^.|]*`).FindAllString(string(doc), -1) {
+			for _, m := range bound.FindAllStringSubmatch(sentence, -1) {
+				if m[1] != limit {
+					t.Errorf("docs/%s says estimates start past %s; ExactCountLimit is %s: %q", page, m[1], limit, sentence)
+				}
+				named = true
+			}
+		}
+		if !named {
+			t.Errorf("docs/%s does not say that counts past %s are estimated", page, limit)
+		}
+	}
+}
+
+// thousands writes n with commas between groups of three digits, as the docs do.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
