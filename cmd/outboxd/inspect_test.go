@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/ops"
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/store"
 )
 
 // inspectWorld is an outbox table of the test's own and the environment that points
@@ -125,6 +126,34 @@ func TestStatsShowsConfiguredStreamsOrElseEveryStreamWithABacklog(t *testing.T) 
 		st.Streams[0].Unserved || st.Streams[1].Stream != "payments" || !st.Streams[1].Unserved || st.Streams[1].Pending != 1 ||
 		len(st.Drivers) != 1 || st.Drivers[0].Addresses[0] != "nats://nats-1:4222" {
 		t.Fatalf("stats of configured streams: %+v", st)
+	}
+}
+
+// A stream with more than store.ExactCountLimit pending rows is shown with its count
+// estimated and marked so, in the JSON and in the table; the other stream stays exact.
+func TestStatsMarksTheCountsItEstimated(t *testing.T) {
+	t.Parallel()
+	w := newInspectWorld(t)
+	// Rows of 400 bytes, so that the table outgrows the pages one estimate reads (a
+	// sample of every page would be exact, and shown so).
+	if _, err := w.pg.Pool.Exec(w.ctx, `INSERT INTO `+w.pg.Table.Qualified()+` (stream, topic, payload)
+		SELECT 'orders', 'topic', convert_to(repeat('x', 400), 'UTF8') FROM generate_series(1, $1::int)`,
+		store.ExactCountLimit+1000); err != nil {
+		t.Fatal(err)
+	}
+	w.insert(t, "payments", 4, false)
+	out, _ := w.mustRun(t, statsCmd, "--json")
+	var st ops.Stats
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, out)
+	}
+	if len(st.Streams) != 2 || !st.Streams[0].Estimated || st.Streams[0].Pending <= store.ExactCountLimit ||
+		st.Streams[1].Estimated || st.Streams[1].Pending != 4 || !strings.Contains(out, `"estimated": true`) {
+		t.Fatalf("stats --json of %d pending rows and 4: %s", store.ExactCountLimit+1000, out)
+	}
+	out, _ = w.mustRun(t, statsCmd)
+	if !strings.Contains(out, "~") || !strings.Contains(out, "~ estimated from a sample of the table") {
+		t.Fatalf("stats does not mark the estimated count:\n%s", out)
 	}
 }
 
