@@ -104,7 +104,9 @@ func (s *Store) Backlogs(ctx context.Context, streams []string) ([]Backlog, erro
 	if err != nil {
 		return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// Read only: rolled back when done. A rollback that cannot be sent (ctx ended)
+	// closes the connection, which ends the transaction too.
+	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
 		return nil, fmt.Errorf("sample backlog of %s: %w", s.table, err)
 	}
