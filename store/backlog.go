@@ -114,12 +114,12 @@ func (s *Store) Backlogs(ctx context.Context, streams []string) ([]Backlog, erro
 	if err != nil || len(over) == 0 {
 		return out, err
 	}
-	return s.estimateBacklogs(ctx, tx, out, over)
+	return out, s.estimateBacklogs(ctx, tx, out, over)
 }
 
-// countBacklogs counts the streams' rows up to the limit; over names the streams with
+// countBacklogs counts the streams' rows up to the limit; over indexes the backlogs with
 // a count past it.
-func (s *Store) countBacklogs(ctx context.Context, tx pgx.Tx, streams []string) (out []Backlog, over []string, err error) {
+func (s *Store) countBacklogs(ctx context.Context, tx pgx.Tx, streams []string) (out []Backlog, over []int, err error) {
 	limit := s.countLimit
 	rows, err := tx.Query(ctx, s.sql.backlog, streams, limit+1)
 	if err != nil {
@@ -140,7 +140,7 @@ func (s *Store) countBacklogs(ctx context.Context, tx pgx.Tx, streams []string) 
 			b.OldestPendingAge = time.Duration(*ageUs) * time.Microsecond
 		}
 		if b.Pending > limit || b.Failed > limit || b.Expired > limit {
-			over = append(over, b.Stream)
+			over = append(over, len(out))
 		}
 		out = append(out, b)
 	}
@@ -150,57 +150,56 @@ func (s *Store) countBacklogs(ctx context.Context, tx pgx.Tx, streams []string) 
 	return out, over, nil
 }
 
-// estimateBacklogs replaces the counts of out that stopped past the limit with
+// estimateBacklogs replaces the counts of out[over] that stopped past the limit with
 // estimates from one sample of the table's pages. A count known to exceed the limit is
 // never estimated below it.
-func (s *Store) estimateBacklogs(ctx context.Context, tx pgx.Tx, out []Backlog, over []string) ([]Backlog, error) {
+func (s *Store) estimateBacklogs(ctx context.Context, tx pgx.Tx, out []Backlog, over []int) error {
 	var pages int64
 	if err := tx.QueryRow(ctx, tablePagesSQL, s.table.Qualified()).Scan(&pages); err != nil {
-		return nil, fmt.Errorf("estimate backlog of %s: size the table: %w", s.table, err)
+		return fmt.Errorf("estimate backlog of %s: size the table: %w", s.table, err)
 	}
 	percent := 100.0
 	if pages > s.samplePages {
 		percent = 100 * float64(s.samplePages) / float64(pages)
 	}
-	rows, err := tx.Query(ctx, s.sql.backlogSample, over, percent)
+	names := make([]string, len(over))
+	for j, i := range over {
+		names[j] = out[i].Stream
+	}
+	rows, err := tx.Query(ctx, s.sql.backlogSample, names, percent)
 	if err != nil {
-		return nil, fmt.Errorf("estimate backlog of %s: %w", s.table, err)
+		return fmt.Errorf("estimate backlog of %s: %w", s.table, err)
 	}
 	defer rows.Close()
-	type counts struct{ pending, failed, deferred, expired float64 }
-	sampled := map[string]counts{}
+	sampled := map[string][4]int64{} // pending, failed, deferred, expired
 	for rows.Next() {
 		var stream string
 		var c [4]int64
 		if err := rows.Scan(&stream, &c[0], &c[1], &c[2], &c[3]); err != nil {
-			return nil, fmt.Errorf("estimate backlog of %s: %w", s.table, err)
+			return fmt.Errorf("estimate backlog of %s: %w", s.table, err)
 		}
-		scale := 100 / percent
-		sampled[stream] = counts{float64(c[0]) * scale, float64(c[1]) * scale, float64(c[2]) * scale, float64(c[3]) * scale}
+		sampled[stream] = c
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("estimate backlog of %s: %w", s.table, err)
+		return fmt.Errorf("estimate backlog of %s: %w", s.table, err)
 	}
+	scaled := func(n int64) int64 { return int64(float64(n)*100/percent + 0.5) }
 	limit := s.countLimit
-	exact := percent >= 100 // the sample read every page
-	estimate := func(got *int64, e float64) {
+	estimate := func(got *int64, n int64) {
 		if *got > limit {
-			*got = max(int64(e+0.5), limit+1)
+			*got = max(scaled(n), limit+1)
 		}
 	}
-	for i := range out {
+	for _, i := range over {
 		b := &out[i]
-		if b.Pending <= limit && b.Failed <= limit && b.Expired <= limit {
-			continue
-		}
 		c := sampled[b.Stream] // zero when the sample met none of its rows
 		if b.Pending > limit {
-			b.Deferred = int64(c.deferred + 0.5)
+			b.Deferred = scaled(c[2])
 		}
-		estimate(&b.Pending, c.pending)
-		estimate(&b.Failed, c.failed)
-		estimate(&b.Expired, c.expired)
-		b.Estimated = !exact
+		estimate(&b.Pending, c[0])
+		estimate(&b.Failed, c[1])
+		estimate(&b.Expired, c[3])
+		b.Estimated = percent < 100 // a sample of every page is exact
 	}
-	return out, nil
+	return nil
 }

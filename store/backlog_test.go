@@ -141,15 +141,6 @@ func TestSamplingABacklogPastTheLimitReadsAboutTheSamePagesHoweverLongItIs(t *te
 			{f.store.sql.backlogSample, []any{[]string{"big"}, percent}},
 		} {
 			var plan []byte
-			if testing.Verbose() {
-				var text string
-				rows, _ := f.pg.Pool.Query(f.ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.sql, q.args...)
-				for rows.Next() {
-					_ = rows.Scan(&text)
-					t.Log(text)
-				}
-				rows.Close()
-			}
 			if err := f.pg.Pool.QueryRow(f.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+q.sql, q.args...).Scan(&plan); err != nil {
 				t.Fatal(err)
 			}
