@@ -271,14 +271,7 @@ func TestRunShowsAnOrderedStreamsBlockedKeyAndASkipOverHTTPReleasesIt(t *testing
 	await("the gauges back at zero", gauges(0, 0))
 
 	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("run exited %d\n%s", code, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop within 30s of its signal")
-	}
+	awaitExit(t, done, &logs)
 	if strings.Contains(logs.String(), adminToken) {
 		t.Fatal("the admin token reached the logs")
 	}
