@@ -263,6 +263,7 @@ type probe struct {
 	heldBack         map[string]int
 	expired          map[string]int
 	blocked          map[string]events.BlockedKeys // the last sample per stream
+	backlog          map[string]events.Backlog     // the last sample per stream
 
 	changed chan struct{} // a non-blocking nudge after every event
 }
@@ -270,7 +271,8 @@ type probe struct {
 func newProbe() *probe {
 	return &probe{
 		published: map[string]int{}, failed: map[string]int{}, deadLetter: map[events.DeadLetterResult]int{},
-		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, expired: map[string]int{}, blocked: map[string]events.BlockedKeys{}, changed: make(chan struct{}, 1),
+		breakerOpened: map[string]bool{}, heldBack: map[string]int{}, expired: map[string]int{}, blocked: map[string]events.BlockedKeys{},
+		backlog: map[string]events.Backlog{}, changed: make(chan struct{}, 1),
 	}
 }
 
@@ -286,6 +288,8 @@ func (p *probe) handle(e events.Event) {
 		p.heldBack[e.Stream] += e.HeldBack
 	case events.BlockedKeys:
 		p.blocked[e.Stream] = e
+	case events.Backlog:
+		p.backlog[e.Stream] = e
 	case events.LeasesReclaimed:
 		p.reclaimedRows += e.Count
 	case events.DeadLetterForwarded:
@@ -325,8 +329,8 @@ func (p *probe) await(t *testing.T, timeout time.Duration, what string, cond fun
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			t.Fatalf("timed out after %v waiting for %s; saw published %v, failed %v, lease conflicts %d, reclaimed %d, "+
-				"dead letters %v, breakers opened %v, retention deleted %d, held back %v, blocked %v", timeout, what, p.published, p.failed,
-				p.leaseConflicts, p.reclaimedRows, p.deadLetter, p.breakerOpened, p.retentionDeleted, p.heldBack, p.blocked)
+				"dead letters %v, breakers opened %v, retention deleted %d, held back %v, blocked %v, backlog %v", timeout, what, p.published, p.failed,
+				p.leaseConflicts, p.reclaimedRows, p.deadLetter, p.breakerOpened, p.retentionDeleted, p.heldBack, p.blocked, p.backlog)
 		}
 	}
 }

@@ -97,6 +97,12 @@ func TestPrometheusScrapesOutboxdUnderLoadAndEvaluatesEveryPanelAndRule(t *testi
 		return p.failed["max_defer"] >= 1 && p.breakerOpened["ledger"] && p.deadLetter[events.DeadLetterRetried] >= 1 &&
 			p.heldBack["sequence"] >= 3 && p.blocked["sequence"] == (events.BlockedKeys{Stream: "sequence", Keys: 1, Waiting: 3})
 	})
+	// The backlog gauges hold the last sample, and a slow sample spaces the next out
+	// (the sampler's 5 % rule: a 600 ms sample on a loaded CI machine waits 12 s), so
+	// wait for a sample that saw the sequence stream's waiting messages.
+	d.probe.await(t, 30*time.Second, "a backlog sample taken after the load", func(p *probe) bool {
+		return p.backlog["sequence"].Pending >= 3
+	})
 	if d.listener.Received() == 0 {
 		t.Errorf("the listener received no notification for 34 commits")
 	}
