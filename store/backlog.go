@@ -40,9 +40,10 @@ type Backlog struct {
 // the delivered rows kept, and stops one row past the limit ($2 = limit + 1): a count of
 // $2 says "more than the limit", for backlogSampleSQL to estimate. Each ORDER BY is its
 // index's own order, so that the walk streams and stops there (a bitmap scan would read
-// every entry of the stream's before the LIMIT). Deferred rows have no
-// index of their own; they are counted among the pending rows only when those are
-// within the limit (else NULL). The oldest pending age is how long the first row in claim
+// every entry of the stream's before the LIMIT). Deferred rows are counted from their
+// own partial index (migration 0008; before it, the count read every pending row), and
+// only when the pending rows are within the limit (else NULL: a broker down under a
+// backlog past the limit defers all of it, and the estimate covers them). The oldest pending age is how long the first row in claim
 // order has been due (now - available_at: the claim index's first entry), so messages
 // delayed on purpose or waiting out a retry backoff do not count as late; it is
 // negative, and reported as 0, when nothing is due yet. A row a producer dated ±infinity
