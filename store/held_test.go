@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -48,5 +51,60 @@ func TestAHeldClaimsWriteBacksAreDatedWhenWrittenAndNameTheirOwner(t *testing.T)
 	}
 	if owner != "replica-x" {
 		t.Errorf("owner of the delivered row = %q, want replica-x", owner)
+	}
+}
+
+// A held claim's transaction plans each of its statements once per connection and
+// reuses that plan (heldSettingsSQL): left to choose, PostgreSQL planned the claim
+// afresh for every execution. On a connection of its own, eight claims with their
+// write-backs (retry, acknowledgement) must leave none of their statements on the table
+// planned for its values.
+func TestAHeldClaimPlansItsStatementsOnceForEveryExecution(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cfg, err := pgxpool.ParseConfig(f.pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := store.New(pool, f.pg.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.insert(t, "orders", 80)
+	for i := range 8 {
+		c, err := st.ClaimHeld(f.ctx, "orders", 10, "r", 30*time.Second, store.Position{})
+		if err != nil || len(c.Messages) != 10 {
+			t.Fatalf("claim %d: %d rows, %v", i, len(c.Messages), err)
+		}
+		ids := make([]int64, 0, 9)
+		for _, m := range c.Messages[1:] {
+			ids = append(ids, m.ID)
+		}
+		// The first row of each claim is retried far in the future, out of the next claims' way.
+		if _, err := st.Retry(f.ctx, c.Token, []store.Retry{{ID: c.Messages[0].ID, Delay: time.Hour, Err: "refused"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Commit(f.ctx, c.Token, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var custom, generic int64
+	// The statements that read or write the table (not the one setting the transaction
+	// up, whose setting takes effect after it), asked in the simple protocol so that the
+	// check itself is no prepared statement.
+	if err := pool.QueryRow(f.ctx, `SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0)
+		FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
+		pgx.QueryExecModeSimpleProtocol, f.pg.Table.Qualified()).Scan(&custom, &generic); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plans of the table's statements on the claims' connection: %d custom, %d generic", custom, generic)
+	if custom != 0 || generic == 0 {
+		t.Fatalf("eight held claims planned %d statements for their values (and %d generically); want none for their values", custom, generic)
 	}
 }
