@@ -121,51 +121,47 @@ func within(got, want int64, share float64) bool {
 // never estimated below it, and a stream within the limit stays exact beside it.
 func TestABacklogPastTheExactLimitIsEstimatedFromASampleOfPages(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []migrations.Layout{migrations.Plain, migrations.Partitioned} {
-		t.Run(layout.String(), func(t *testing.T) {
-			t.Parallel()
-			f := newBacklogFixture(t, layout)
-			// 24,000 rows: 3,000 failed, 21,000 pending of which 1,200 deferred (1 mod 20 is odd).
-			f.add(t, "big", 24000, 8)
-			wantSmall := Backlog{Stream: "small", Pending: 45, Failed: 5, Deferred: 3}
-			for _, c := range []struct {
-				name       string
-				pages      func() int64
-				check      func(b Backlog) bool
-				estimated  bool
-				wantString string
-			}{
-				{"a sample of every page is exact", func() int64 { return 1 << 40 },
-					func(b Backlog) bool { return b.Pending == 21000 && b.Failed == 3000 && b.Deferred == 1200 },
-					false, "exactly 21,000 pending, 3,000 failed, 1,200 deferred"},
-				{"a sample of a quarter of the pages is near", func() int64 { return f.pages(t) / 4 },
-					func(b Backlog) bool {
-						return within(b.Pending, 21000, 0.3) && within(b.Failed, 3000, 0.3) && within(b.Deferred, 1200, 0.4)
-					},
-					true, "21,000 pending ±30 %, 3,000 failed ±30 %, 1,200 deferred ±40 %"},
-				{"a sample of one page never goes below the limit", func() int64 { return 1 },
-					func(b Backlog) bool { return b.Pending > 1000 && b.Failed > 1000 && b.Deferred <= b.Pending },
-					true, "more than 1,000 pending and failed"},
-			} {
-				f.store.samplePages = c.pages()
-				got, err := f.store.Backlogs(f.ctx, []string{"small", "big"})
-				if err != nil {
-					t.Fatalf("%s: %v", c.name, err)
-				}
-				if len(got) != 2 || got[0].Stream != "small" || got[1].Stream != "big" {
-					t.Fatalf("%s: sampled %+v; want small, then big", c.name, got)
-				}
-				small := got[0]
-				small.OldestPendingAge = 0
-				if small != wantSmall {
-					t.Errorf("%s: small stream %+v; want %+v (exact, not estimated)", c.name, small, wantSmall)
-				}
-				if big := got[1]; !c.check(big) || big.Estimated != c.estimated || big.Leased != 0 {
-					t.Errorf("%s: big stream %+v; want %s, estimated %v", c.name, big, c.wantString, c.estimated)
-				}
+	inEachLayout(t, func(t *testing.T, f *backlogFixture) {
+		// 24,000 rows: 3,000 failed, 21,000 pending of which 1,200 deferred (1 mod 20 is odd).
+		f.add(t, "big", 24000, 8)
+		wantSmall := Backlog{Stream: "small", Pending: 45, Failed: 5, Deferred: 3}
+		for _, c := range []struct {
+			name       string
+			pages      func() int64
+			check      func(b Backlog) bool
+			estimated  bool
+			wantString string
+		}{
+			{"a sample of every page is exact", func() int64 { return 1 << 40 },
+				func(b Backlog) bool { return b.Pending == 21000 && b.Failed == 3000 && b.Deferred == 1200 },
+				false, "exactly 21,000 pending, 3,000 failed, 1,200 deferred"},
+			{"a sample of a quarter of the pages is near", func() int64 { return f.pages(t) / 4 },
+				func(b Backlog) bool {
+					return within(b.Pending, 21000, 0.3) && within(b.Failed, 3000, 0.3) && within(b.Deferred, 1200, 0.4)
+				},
+				true, "21,000 pending ±30 %, 3,000 failed ±30 %, 1,200 deferred ±40 %"},
+			{"a sample of one page never goes below the limit", func() int64 { return 1 },
+				func(b Backlog) bool { return b.Pending > 1000 && b.Failed > 1000 && b.Deferred <= b.Pending },
+				true, "more than 1,000 pending and failed"},
+		} {
+			f.store.samplePages = c.pages()
+			got, err := f.store.Backlogs(f.ctx, []string{"small", "big"})
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
 			}
-		})
-	}
+			if len(got) != 2 || got[0].Stream != "small" || got[1].Stream != "big" {
+				t.Fatalf("%s: sampled %+v; want small, then big", c.name, got)
+			}
+			small := got[0]
+			small.OldestPendingAge = 0
+			if small != wantSmall {
+				t.Errorf("%s: small stream %+v; want %+v (exact, not estimated)", c.name, small, wantSmall)
+			}
+			if big := got[1]; !c.check(big) || big.Estimated != c.estimated || big.Leased != 0 {
+				t.Errorf("%s: big stream %+v; want %s, estimated %v", c.name, big, c.wantString, c.estimated)
+			}
+		}
+	})
 }
 
 // Past the limit, a sample reads about the same pages however long the backlog: a
@@ -197,35 +193,31 @@ func TestSamplingABacklogPastTheLimitReadsAboutTheSamePagesHoweverLongItIs(t *te
 // no index before migration 0008, and counting them read every pending row's page.
 func TestCountingABacklogWithinTheLimitReadsIndexesNotTheRows(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []migrations.Layout{migrations.Plain, migrations.Partitioned} {
-		t.Run(layout.String(), func(t *testing.T) {
-			t.Parallel()
-			f := newBacklogFixture(t, layout)
-			f.store.countLimit = 100_000
-			q := f.pg.Table.Qualified()
-			if _, err := f.pg.Pool.Exec(f.ctx, `
+	inEachLayout(t, func(t *testing.T, f *backlogFixture) {
+		f.store.countLimit = 100_000
+		q := f.pg.Table.Qualified()
+		if _, err := f.pg.Pool.Exec(f.ctx, `
 				INSERT INTO `+q+` (stream, topic, payload, deferred_since, last_error)
 				SELECT 'big', 't', convert_to(repeat(md5(g::text), 32), 'UTF8'),
 				       CASE WHEN g % 1000 = 0 THEN now() END, CASE WHEN g % 1000 = 0 THEN 'connection refused' END
 				FROM generate_series(1, 20000) g`); err != nil {
-				t.Fatal(err)
-			}
-			f.vacuumAllVisible(t)
-			got, err := f.store.Backlogs(f.ctx, []string{"big"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != 1 || got[0].Pending != 20000 || got[0].Deferred != 20 || got[0].Estimated {
-				t.Fatalf("sampled %+v; want exactly 20,000 pending, 20 deferred", got)
-			}
-			pages := f.pages(t)
-			read := f.buffers(t, f.store.sql.backlog, []string{"big"}, f.store.countLimit+1)
-			t.Logf("the sample touched %d buffers; the table has %d pages", read, pages)
-			if read*4 > pages {
-				t.Fatalf("the sample touched %d buffers, more than a quarter of the table's %d pages: it reads the rows", read, pages)
-			}
-		})
-	}
+			t.Fatal(err)
+		}
+		f.vacuumAllVisible(t)
+		got, err := f.store.Backlogs(f.ctx, []string{"big"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Pending != 20000 || got[0].Deferred != 20 || got[0].Estimated {
+			t.Fatalf("sampled %+v; want exactly 20,000 pending, 20 deferred", got)
+		}
+		pages := f.pages(t)
+		read := f.buffers(t, f.store.sql.backlog, []string{"big"}, f.store.countLimit+1)
+		t.Logf("the sample touched %d buffers; the table has %d pages", read, pages)
+		if read*4 > pages {
+			t.Fatalf("the sample touched %d buffers, more than a quarter of the table's %d pages: it reads the rows", read, pages)
+		}
+	})
 }
 
 // Every page that tells where backlog counts turn into estimates names ExactCountLimit,
@@ -260,4 +252,15 @@ func thousands(n int64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// inEachLayout runs test, in parallel, on a backlog fixture of each table layout.
+func inEachLayout(t *testing.T, test func(t *testing.T, f *backlogFixture)) {
+	t.Helper()
+	for _, layout := range []migrations.Layout{migrations.Plain, migrations.Partitioned} {
+		t.Run(layout.String(), func(t *testing.T) {
+			t.Parallel()
+			test(t, newBacklogFixture(t, layout))
+		})
+	}
 }
