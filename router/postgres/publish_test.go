@@ -227,6 +227,19 @@ func TestACancelledPublishReportsCanceledAndAnExpiredTimeoutRetryable(t *testing
 	in := newInbox(t)
 	o := in.options()
 	d := newDriver(t, o)
+	o.PublishTimeout = 100 * time.Millisecond
+	short := newDriver(t, o)
+	// Both drivers open their connections before inserts turn slow: on a loaded machine
+	// opening one can take longer than the 100 ms budgets below, which would then end
+	// before the insert, and be reported as the database unreachable.
+	for _, drv := range []*Driver{d, short} {
+		for i, err := range drv.Publish(testCtx(t), messages("warm."+suffix(), 2)) {
+			if err != nil {
+				t.Fatalf("warm-up message %d: %v", i, err)
+			}
+		}
+	}
+	in.exec(t, "DELETE FROM {table}")
 	topic := "slow." + suffix()
 	// A trigger of the consumer's that takes its time.
 	in.exec(t, `CREATE FUNCTION {table}_slow() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -242,8 +255,6 @@ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`)
 		}
 	}
 
-	o.PublishTimeout = 100 * time.Millisecond
-	short := newDriver(t, o)
 	for i, err := range short.Publish(testCtx(t), messages(topic, 2)) {
 		if router.KindOf(err) != router.KindRetryable || !strings.Contains(err.Error(), "no answer within publish_timeout 100ms") {
 			t.Fatalf("message %d past the publish timeout: %v (%s), want retryable", i, err, router.KindOf(err))
