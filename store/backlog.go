@@ -43,10 +43,11 @@ type Backlog struct {
 // every entry of the stream's before the LIMIT). Deferred rows are counted from their
 // own partial index (migration 0008; before it, the count read every pending row), and
 // only when the pending rows are within the limit (else NULL: a broker down under a
-// backlog past the limit defers all of it, and the estimate covers them). The oldest pending age is how long the first row in claim
-// order has been due (now - available_at: the claim index's first entry), so messages
-// delayed on purpose or waiting out a retry backoff do not count as late; it is
-// negative, and reported as 0, when nothing is due yet. A row a producer dated ±infinity
+// backlog past the limit defers all of it, and the estimate covers them). The oldest
+// pending age is how long the first row in claim order has been due (now -
+// available_at: the claim index's first entry), so messages delayed on purpose or
+// waiting out a retry backoff do not count as late; it is negative, and reported as 0,
+// when nothing is due yet. A row a producer dated ±infinity
 // has no age (subtracting it fails, which would fail the whole sample). It takes no locks.
 // Parameters: $1 streams, $2 the limit + 1.
 const backlogSQL = `
