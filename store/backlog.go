@@ -47,8 +47,8 @@ type Backlog struct {
 // pending age is how long the first row in claim order has been due (now -
 // available_at: the claim index's first entry), so messages delayed on purpose or
 // waiting out a retry backoff do not count as late; it is negative, and reported as 0,
-// when nothing is due yet. A row a producer dated ±infinity
-// has no age (subtracting it fails, which would fail the whole sample). It takes no locks.
+// when nothing is due yet. A row a producer dated ±infinity has no age (subtracting it
+// fails, which would fail the whole sample). It takes no locks.
 // Parameters: $1 streams, $2 the limit + 1.
 const backlogSQL = `
 SELECT s.stream, p.n,

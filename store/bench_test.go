@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -32,16 +31,9 @@ func BenchmarkClaimAck(b *testing.B) {
 					}
 				}
 				if commit == "commit=async" {
-					cfg, err := pgxpool.ParseConfig(f.pg.DSN)
-					if err != nil {
-						b.Fatal(err)
-					}
-					cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-					pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
+					pool := f.poolWith(b, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off" })
 					defer pool.Close()
+					var err error
 					if st, err = store.New(pool, f.pg.Table); err != nil {
 						b.Fatal(err)
 					}

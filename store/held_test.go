@@ -62,16 +62,8 @@ func TestAHeldClaimsWriteBacksAreDatedWhenWrittenAndNameTheirOwner(t *testing.T)
 func TestAHeldClaimPlansItsStatementsOnceForEveryExecution(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	cfg, err := pgxpool.ParseConfig(f.pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := f.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns, cfg.MinConns = 1, 0 })
+	defer pool.Close()
 	st, err := store.New(pool, f.pg.Table)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/store"
@@ -35,6 +37,22 @@ func setupB(t testing.TB) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return &fixture{pg: pg, store: s, ctx: ctx}
+}
+
+// poolWith opens a pool of its own on the fixture's database, its configuration adjusted
+// by tune, for a store whose sessions differ from the shared pool's; the caller closes it.
+func (f *fixture) poolWith(t testing.TB, tune func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(f.pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tune(cfg)
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
 
 // insert writes n rows for stream with plain SQL, as any producer could.

@@ -134,15 +134,7 @@ func BenchmarkUnservedStreams(b *testing.B) {
 	}
 	for _, jit := range []string{"on", "off"} {
 		b.Run("jit="+jit, func(b *testing.B) {
-			cfg, err := pgxpool.ParseConfig(f.pg.DSN)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cfg.ConnConfig.RuntimeParams["jit"] = jit
-			pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
+			pool := f.poolWith(b, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["jit"] = jit })
 			defer pool.Close()
 			st, err := store.New(pool, f.pg.Table)
 			if err != nil {
