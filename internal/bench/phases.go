@@ -106,7 +106,7 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 	if err := b.fill(ctx, "SQL ceiling", n); err != nil {
 		return benchThroughput{}, err
 	}
-	return b.claimAck(ctx, "SQL ceiling", n, false)
+	return b.claimAck(ctx, "SQL ceiling", n, false, 1)
 }
 
 // claimAck moves n rows of the backlog in the table with the dispatcher's own claim and
@@ -117,9 +117,20 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 // n move. With held (not for ordered streams), each claim is held in its transaction and
 // acknowledged by its commit (store.ClaimHeld, store.Commit), as a stream whose claim
 // mode is transaction, the default, claims; without, by lease (store.Claim, store.Ack).
-func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool) (benchThroughput, error) {
+//
+// With replicas above one the claimers are that many replicas' worth, as that many
+// `outboxd run` processes would claim: each replica a pool of its own (its own sessions)
+// and its own resume point per stream, knowing nothing of the others' claims. What N
+// replicas cost the database, and no dispatcher's work, is then measured: the database
+// alone, as N replicas use it (docs/benchmarks.md, the replicas mode).
+func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, replicas int) (benchThroughput, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
+	stores, closeStores, err := b.replicaStores(ctx, replicas)
+	if err != nil {
+		return benchThroughput{}, fmt.Errorf("bench: %s: %w", phase, err)
+	}
+	defer closeStores()
 	var moved, unasked atomic.Int64
 	unasked.Store(int64(n))
 	ask := func() int { // the next claim's limit; 0 once every row of n is asked for
@@ -131,58 +142,60 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool) (b
 			}
 		}
 	}
-	acknowledge := b.store.Ack
-	if held && !b.opt.set.Ordered {
-		acknowledge = b.store.Commit
-	}
 	b.progress.begin(phase, int64(n), moved.Load)
 	g, gctx := errgroup.WithContext(ctx)
 	lease := config.DefaultStream().LeaseTTL
 	start := time.Now()
-	for _, stream := range b.streams {
-		// Claims resume as a pipeline's do, from one store.Resume per stream shared
-		// by its claimers; a claimer stops once every row of n is asked for, or when
-		// a claim from the start finds nothing.
-		resume := new(store.Resume)
-		for range b.opt.set.Concurrency {
-			g.Go(func() error {
-				var cur store.KeyCursor
-				for {
-					limit := ask()
-					if limit == 0 {
-						return nil
-					}
-					var c store.Claim
-					var err error
-					from := resume.From(time.Now())
-					switch {
-					case b.opt.set.Ordered:
-						c, err = b.store.ClaimOrdered(gctx, stream, limit, benchReplica, lease, &cur)
-					case held:
-						c, err = b.store.ClaimHeld(gctx, stream, limit, benchReplica, lease, from)
-					default:
-						c, err = b.store.Claim(gctx, stream, limit, benchReplica, lease, from)
-					}
-					if err != nil {
-						return err
-					}
-					unasked.Add(int64(limit - len(c.Messages)))
-					if resume.Claimed(c, limit); len(c.Messages) == 0 {
-						if from.IsZero() || b.opt.set.Ordered {
+	for _, st := range stores {
+		acknowledge := st.Ack
+		if held && !b.opt.set.Ordered {
+			acknowledge = st.Commit
+		}
+		for _, stream := range b.streams {
+			// Claims resume as a pipeline's do, from one store.Resume per stream shared
+			// by its claimers; a claimer stops once every row of n is asked for, or when
+			// a claim from the start finds nothing.
+			resume := new(store.Resume)
+			for range b.opt.set.Concurrency {
+				g.Go(func() error {
+					var cur store.KeyCursor
+					for {
+						limit := ask()
+						if limit == 0 {
 							return nil
 						}
-						continue
+						var c store.Claim
+						var err error
+						from := resume.From(time.Now())
+						switch {
+						case b.opt.set.Ordered:
+							c, err = st.ClaimOrdered(gctx, stream, limit, benchReplica, lease, &cur)
+						case held:
+							c, err = st.ClaimHeld(gctx, stream, limit, benchReplica, lease, from)
+						default:
+							c, err = st.Claim(gctx, stream, limit, benchReplica, lease, from)
+						}
+						if err != nil {
+							return err
+						}
+						unasked.Add(int64(limit - len(c.Messages)))
+						if resume.Claimed(c, limit); len(c.Messages) == 0 {
+							if from.IsZero() || b.opt.set.Ordered {
+								return nil
+							}
+							continue
+						}
+						res, err := acknowledge(gctx, c.Token, c.IDs())
+						if err != nil {
+							return err
+						}
+						if res.Changed != len(c.Messages) {
+							return fmt.Errorf("acknowledged %d of %d claimed rows", res.Changed, len(c.Messages))
+						}
+						moved.Add(int64(res.Changed))
 					}
-					res, err := acknowledge(gctx, c.Token, c.IDs())
-					if err != nil {
-						return err
-					}
-					if res.Changed != len(c.Messages) {
-						return fmt.Errorf("acknowledged %d of %d claimed rows", res.Changed, len(c.Messages))
-					}
-					moved.Add(int64(res.Changed))
-				}
-			})
+				})
+			}
 		}
 	}
 	if err := g.Wait(); err != nil {

@@ -41,16 +41,22 @@ func printAB(w io.Writer, ab *benchAB) {
 // printScale prints the scale modes of a run that measured only them.
 func printScale(w io.Writer, r *benchReport) {
 	if len(r.Replicas) > 0 {
-		fmt.Fprintf(w, "replicas: one backlog drained by N `outboxd run` processes\n")
-		fmt.Fprintf(w, "%-10s %4s %10s %8s %10s %10s %8s %10s %6s %8s\n", "driver", "N", "msg/s", "÷ N=1",
-			"disp CPU s", "db CPU s", "conns", "conflicts", "dups", "missing")
+		fmt.Fprintf(w, "replicas: one backlog drained by N `outboxd run` processes; then the database alone, the SQL\n"+
+			"ceiling claimed by N replicas' worth of claimers (own sessions, own resume points)\n")
+		fmt.Fprintf(w, "%-10s %4s %10s %8s %10s %10s %8s %10s %6s %8s %12s %10s %8s %10s\n", "driver", "N", "msg/s", "÷ N=1",
+			"disp CPU s", "db CPU s", "conns", "conflicts", "dups", "missing", "db alone", "db CPU s", "÷ N=1", "÷ db's")
 		for _, x := range r.Replicas {
 			db := "n/a"
 			if x.DatabaseCPUSeconds != nil {
 				db = strconv.FormatFloat(*x.DatabaseCPUSeconds, 'f', 2, 64)
 			}
-			fmt.Fprintf(w, "%-10s %4d %10s %8.3f %10.2f %10s %8d %10d %6d %8d\n", x.Driver, x.Replicas, thousands(x.MsgsPerSec),
-				x.RatioToOne, x.DispatcherCPUSeconds, db, x.PeakConnections, x.LeaseConflicts, x.Duplicates, x.Missing)
+			alone := "n/a"
+			if x.SQLCeilingDatabaseCPUSeconds != nil {
+				alone = strconv.FormatFloat(*x.SQLCeilingDatabaseCPUSeconds, 'f', 2, 64)
+			}
+			fmt.Fprintf(w, "%-10s %4d %10s %8.3f %10.2f %10s %8d %10d %6d %8d %12s %10s %8.3f %10.3f\n", x.Driver, x.Replicas, thousands(x.MsgsPerSec),
+				x.RatioToOne, x.DispatcherCPUSeconds, db, x.PeakConnections, x.LeaseConflicts, x.Duplicates, x.Missing,
+				thousands(x.SQLCeilingMsgsPerSec), alone, x.SQLCeilingRatioToOne, x.RatioToSQLCeilingRatio)
 		}
 		fmt.Fprintln(w)
 	}

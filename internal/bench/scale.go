@@ -5,6 +5,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/store"
 )
 
 // A/B drains (--baseline-binary) and the replicas mode (--replicas): drains whose
@@ -127,13 +132,24 @@ type benchReplicaRun struct {
 	LeaseConflicts     int64    `json:"lease_conflicts"`
 	Duplicates         int64    `json:"duplicates"`
 	Missing            int64    `json:"missing"`
+	// The database alone as N replicas use it: the SQL ceiling's claims and
+	// acknowledgements, in transactions as the drain's dispatchers hold them, by N
+	// replicas' worth of claimers (claimAck), on a fresh backlog of as many messages,
+	// right after the drain; its rate, that rate ÷ its own at one replica, and the
+	// drain's RatioToOne ÷ that: how much of what the database itself keeps with N
+	// replicas the dispatchers keep; and the server's CPU over it (nil when the server
+	// is not on this machine).
+	SQLCeilingMsgsPerSec         float64  `json:"sql_ceiling_msgs_per_sec"`
+	SQLCeilingDatabaseCPUSeconds *float64 `json:"sql_ceiling_database_cpu_seconds"`
+	SQLCeilingRatioToOne         float64  `json:"sql_ceiling_ratio_to_one"`
+	RatioToSQLCeilingRatio       float64  `json:"ratio_to_sql_ceiling_ratio"`
 }
 
 // replicas drains a fresh backlog once per replica count, for each driver.
 func (b *bench) replicas(ctx context.Context) ([]benchReplicaRun, error) {
 	var out []benchReplicaRun
 	for _, driver := range b.opt.set.Drivers {
-		var one float64
+		var one, oneCeiling float64
 		for _, n := range b.opt.set.Replicas {
 			d, err := b.drainWith(ctx, drainSpec{driver: driver, replicas: n, sampleConnections: true})
 			if err != nil {
@@ -146,12 +162,30 @@ func (b *bench) replicas(ctx context.Context) ([]benchReplicaRun, error) {
 			if d.serverCPU >= 0 {
 				r.DatabaseCPUSeconds = &d.serverCPU
 			}
+			if err := b.fill(ctx, fmt.Sprintf("SQL ceiling, %d replicas", n), b.opt.set.Messages); err != nil {
+				return out, err
+			}
+			backend, err := store.BenchBackendPID(ctx, b.pool)
+			if err != nil {
+				return out, err
+			}
+			postmaster, local := postmasterOf(backend)
+			before := serverCPU(postmaster)
+			ceiling, err := b.claimAck(ctx, fmt.Sprintf("SQL ceiling, %d replicas", n), b.opt.set.Messages, true, n)
+			if err != nil {
+				return out, err
+			}
+			if local {
+				cpu := round(serverCPU(postmaster)-before, 2)
+				r.SQLCeilingDatabaseCPUSeconds = &cpu
+			}
+			r.SQLCeilingMsgsPerSec = ceiling.MsgsPerSec
 			if n == 1 {
-				one = d.MsgsPerSec
+				one, oneCeiling = d.MsgsPerSec, ceiling.MsgsPerSec
 			}
-			if one > 0 {
-				r.RatioToOne = round(d.MsgsPerSec/one, 3)
-			}
+			r.RatioToOne = ratioOf(d.MsgsPerSec, one)
+			r.SQLCeilingRatioToOne = ratioOf(ceiling.MsgsPerSec, oneCeiling)
+			r.RatioToSQLCeilingRatio = ratioOf(r.RatioToOne, r.SQLCeilingRatioToOne)
 			out = append(out, r)
 		}
 	}
@@ -167,4 +201,42 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return round((s[len(s)/2-1]+s[len(s)/2])/2, 3)
+}
+
+// replicaStores is one store per replica for claimAck: the bench's own for one, else
+// each on a pool of its own, sized and set up as a dispatcher's claims would have it
+// (JIT off, as outboxd run's pool), and acknowledging as the bench's store does.
+func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store, func(), error) {
+	if replicas <= 1 {
+		return []*store.Store{b.store}, func() {}, nil
+	}
+	var pools []*pgxpool.Pool
+	closeAll := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}
+	stores := make([]*store.Store, 0, replicas)
+	for range replicas {
+		cfg, err := pgxpool.ParseConfig(b.opt.dsn)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		cfg.MaxConns = int32(b.opt.set.Streams*b.opt.set.Concurrency + 1)
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		pools = append(pools, pool)
+		st, err := store.New(pool, benchTable, app.StoreOptions(benchJanitor(b.opt.set))...)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		stores = append(stores, st)
+	}
+	return stores, closeAll, nil
 }

@@ -97,6 +97,20 @@ func TestReplicasModeDrainsOneBacklogWithEveryReplicaCountAndCountsEachMessageOn
 	if r.Replicas[0].RatioToOne != 1 || !near(r.Replicas[1].RatioToOne, r.Replicas[1].MsgsPerSec/r.Replicas[0].MsgsPerSec) {
 		t.Errorf("ratios to one replica %v and %v", r.Replicas[0].RatioToOne, r.Replicas[1].RatioToOne)
 	}
+	// The database alone was measured per N too (claimAck fails unless it moved every
+	// message of its backlog), and the ratios follow from the rates.
+	for _, x := range r.Replicas {
+		if x.SQLCeilingMsgsPerSec <= 0 || x.SQLCeilingDatabaseCPUSeconds == nil || *x.SQLCeilingDatabaseCPUSeconds <= 0 {
+			t.Errorf("%d replicas: the database alone %v msg/s, its CPU %v; want a rate and a figure from the local server",
+				x.Replicas, x.SQLCeilingMsgsPerSec, x.SQLCeilingDatabaseCPUSeconds)
+		}
+	}
+	one, three := r.Replicas[0], r.Replicas[1]
+	if one.SQLCeilingRatioToOne != 1 || one.RatioToSQLCeilingRatio != 1 ||
+		!near(three.SQLCeilingRatioToOne, three.SQLCeilingMsgsPerSec/one.SQLCeilingMsgsPerSec) ||
+		!near(three.RatioToSQLCeilingRatio, three.RatioToOne/three.SQLCeilingRatioToOne) {
+		t.Errorf("the database alone's ratios: %+v and %+v", one, three)
+	}
 	if !r.OK || r.Missing != 0 || len(r.Drivers) != 0 {
 		t.Errorf("ok %v, missing %d, %d default drains (a scale mode runs alone)", r.OK, r.Missing, len(r.Drivers))
 	}
