@@ -205,7 +205,8 @@ func median(v []float64) float64 {
 
 // replicaStores is one store per replica for claimAck: the bench's own for one, else
 // each on a pool of its own, sized and set up as a dispatcher's claims would have it
-// (JIT off, as outboxd run's pool), and acknowledging as the bench's store does.
+// (JIT off, as outboxd run's pool), and acknowledging as the bench's store does. Their
+// sessions are open before claimAck's clock starts, as the bench's own pool's are.
 func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store, func(), error) {
 	if replicas <= 1 {
 		return []*store.Store{b.store}, func() {}, nil
@@ -231,6 +232,10 @@ func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store
 			return nil, nil, err
 		}
 		pools = append(pools, pool)
+		if err := warm(ctx, pool, int(cfg.MaxConns)-1); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
 		st, err := store.New(pool, benchTable, app.StoreOptions(benchJanitor(b.opt.set))...)
 		if err != nil {
 			closeAll()
@@ -239,4 +244,22 @@ func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store
 		stores = append(stores, st)
 	}
 	return stores, closeAll, nil
+}
+
+// warm opens n sessions of pool and hands them back to it.
+func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
