@@ -106,7 +106,7 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 	if err := b.fill(ctx, "SQL ceiling", n); err != nil {
 		return benchThroughput{}, err
 	}
-	return b.claimAck(ctx, "SQL ceiling", n, false, 1)
+	return b.claimAck(ctx, "SQL ceiling", n, false, []*store.Store{b.store})
 }
 
 // claimAck moves n rows of the backlog in the table with the dispatcher's own claim and
@@ -118,19 +118,15 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 // acknowledged by its commit (store.ClaimHeld, store.Commit), as a stream whose claim
 // mode is transaction, the default, claims; without, by lease (store.Claim, store.Ack).
 //
-// With replicas above one the claimers are that many replicas' worth, as that many
-// `outboxd run` processes would claim: each replica a pool of its own (its own sessions)
-// and its own resume point per stream, knowing nothing of the others' claims. What N
-// replicas cost the database, and no dispatcher's work, is then measured: the database
-// alone, as N replicas use it (docs/benchmarks.md, the replicas mode).
-func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, replicas int) (benchThroughput, error) {
+// Each of stores claims as one replica: concurrency goroutines per stream sharing that
+// replica's resume point. With several (replicaStores), the claimers are that many
+// replicas' worth, as that many `outboxd run` processes would claim: each on sessions of
+// its own, knowing nothing of the others' claims. What N replicas cost the database, and
+// no dispatcher's work, is then measured: the database alone, as N replicas use it
+// (docs/benchmarks.md, the replicas mode).
+func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, stores []*store.Store) (benchThroughput, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
-	stores, closeStores, err := b.replicaStores(ctx, replicas)
-	if err != nil {
-		return benchThroughput{}, fmt.Errorf("bench: %s: %w", phase, err)
-	}
-	defer closeStores()
 	var moved, unasked atomic.Int64
 	unasked.Store(int64(n))
 	ask := func() int { // the next claim's limit; 0 once every row of n is asked for

@@ -162,24 +162,11 @@ func (b *bench) replicas(ctx context.Context) ([]benchReplicaRun, error) {
 			if d.serverCPU >= 0 {
 				r.DatabaseCPUSeconds = &d.serverCPU
 			}
-			if err := b.fill(ctx, fmt.Sprintf("SQL ceiling, %d replicas", n), b.opt.set.Messages); err != nil {
-				return out, err
-			}
-			backend, err := store.BenchBackendPID(ctx, b.pool)
+			ceiling, cpu, err := b.databaseAlone(ctx, n)
 			if err != nil {
 				return out, err
 			}
-			postmaster, local := postmasterOf(backend)
-			before := serverCPU(postmaster)
-			ceiling, err := b.claimAck(ctx, fmt.Sprintf("SQL ceiling, %d replicas", n), b.opt.set.Messages, true, n)
-			if err != nil {
-				return out, err
-			}
-			if local {
-				cpu := round(serverCPU(postmaster)-before, 2)
-				r.SQLCeilingDatabaseCPUSeconds = &cpu
-			}
-			r.SQLCeilingMsgsPerSec = ceiling.MsgsPerSec
+			r.SQLCeilingMsgsPerSec, r.SQLCeilingDatabaseCPUSeconds = ceiling.MsgsPerSec, cpu
 			if n == 1 {
 				one, oneCeiling = d.MsgsPerSec, ceiling.MsgsPerSec
 			}
@@ -203,10 +190,41 @@ func median(v []float64) float64 {
 	return round((s[len(s)/2-1]+s[len(s)/2])/2, 3)
 }
 
+// databaseAlone fills a backlog of --messages rows and moves it with the SQL ceiling's
+// held claims and commits from n replicas' worth of claimers, and returns the rate and
+// the local server's CPU seconds over it (nil when the server is not on this machine).
+// The replicas' sessions are opened before either is measured.
+func (b *bench) databaseAlone(ctx context.Context, n int) (benchThroughput, *float64, error) {
+	phase := fmt.Sprintf("SQL ceiling, %d replicas", n)
+	if err := b.fill(ctx, phase, b.opt.set.Messages); err != nil {
+		return benchThroughput{}, nil, err
+	}
+	stores, closeStores, err := b.replicaStores(ctx, n)
+	if err != nil {
+		return benchThroughput{}, nil, fmt.Errorf("bench: %s: %w", phase, err)
+	}
+	defer closeStores()
+	backend, err := store.BenchBackendPID(ctx, b.pool)
+	if err != nil {
+		return benchThroughput{}, nil, fmt.Errorf("bench: %s: %w", phase, err)
+	}
+	postmaster, local := postmasterOf(backend)
+	var before float64
+	if local {
+		before = serverCPU(postmaster)
+	}
+	t, err := b.claimAck(ctx, phase, b.opt.set.Messages, true, stores)
+	if err != nil || !local {
+		return t, nil, err
+	}
+	cpu := round(serverCPU(postmaster)-before, 2)
+	return t, &cpu, nil
+}
+
 // replicaStores is one store per replica for claimAck: the bench's own for one, else
 // each on a pool of its own, sized and set up as a dispatcher's claims would have it
 // (JIT off, as outboxd run's pool), and acknowledging as the bench's store does. Their
-// sessions are open before claimAck's clock starts, as the bench's own pool's are.
+// sessions are open when it returns, as the bench's own pool's are.
 func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store, func(), error) {
 	if replicas <= 1 {
 		return []*store.Store{b.store}, func() {}, nil

@@ -292,7 +292,7 @@ func (b *bench) backlog(ctx context.Context) (*benchBacklog, error) {
 		}
 		// The ceiling claims as the drain's dispatcher does: held in a transaction,
 		// the default claim mode, unless the streams are ordered.
-		ceiling, err := b.claimAck(ctx, phase+": SQL ceiling", sample, true, 1)
+		ceiling, err := b.claimAck(ctx, phase+": SQL ceiling", sample, true, []*store.Store{b.store})
 		if err != nil {
 			return benchBacklogRun{}, err
 		}
