@@ -225,7 +225,7 @@ func (b *bench) databaseAlone(ctx context.Context, n int) (benchThroughput, *flo
 // each on a pool of its own, sized and set up as a dispatcher's claims would have it
 // (JIT off, as outboxd run's pool), and acknowledging as the bench's store does. Their
 // sessions are open when it returns, as the bench's own pool's are.
-func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store, func(), error) {
+func (b *bench) replicaStores(ctx context.Context, replicas int) (stores []*store.Store, _ func(), err error) {
 	if replicas <= 1 {
 		return []*store.Store{b.store}, func() {}, nil
 	}
@@ -235,28 +235,28 @@ func (b *bench) replicaStores(ctx context.Context, replicas int) ([]*store.Store
 			p.Close()
 		}
 	}
-	stores := make([]*store.Store, 0, replicas)
-	for range replicas {
-		cfg, err := pgxpool.ParseConfig(b.opt.dsn)
+	defer func() { // the returns below give no way to close what they opened
 		if err != nil {
 			closeAll()
+		}
+	}()
+	for range replicas {
+		var cfg *pgxpool.Config
+		if cfg, err = pgxpool.ParseConfig(b.opt.dsn); err != nil {
 			return nil, nil, err
 		}
 		cfg.MaxConns = int32(b.opt.set.Streams*b.opt.set.Concurrency + 1)
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			closeAll()
+		var pool *pgxpool.Pool
+		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return nil, nil, err
 		}
 		pools = append(pools, pool)
-		if err := warm(ctx, pool, int(cfg.MaxConns)-1); err != nil {
-			closeAll()
+		if err = warm(ctx, pool, int(cfg.MaxConns)-1); err != nil {
 			return nil, nil, err
 		}
-		st, err := store.New(pool, benchTable, app.StoreOptions(benchJanitor(b.opt.set))...)
-		if err != nil {
-			closeAll()
+		var st *store.Store
+		if st, err = store.New(pool, benchTable, app.StoreOptions(benchJanitor(b.opt.set))...); err != nil {
 			return nil, nil, err
 		}
 		stores = append(stores, st)

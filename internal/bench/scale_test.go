@@ -301,3 +301,18 @@ func TestScaleModeOptionsThatCannotRunAreRefusedBeforeAnythingStarts(t *testing.
 		}
 	}
 }
+
+func TestReplicaSessionsThatCannotOpenReturnOnlyTheError(t *testing.T) {
+	t.Parallel()
+	b := &bench{}
+	b.opt.dsn = "postgres://postgres@127.0.0.1:1/none?connect_timeout=2&sslmode=disable"
+	b.opt.set.Streams, b.opt.set.Concurrency = 1, 2
+	stores, closeStores, err := b.replicaStores(t.Context(), 3)
+	if err == nil {
+		closeStores()
+		t.Fatalf("%d stores on a database nobody listens for, want an error", len(stores))
+	}
+	if stores != nil || closeStores != nil {
+		t.Errorf("a failure returned stores %v and a close function; the caller would use them", stores)
+	}
+}
