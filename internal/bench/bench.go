@@ -290,12 +290,11 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.report.Settings.DispatcherProcess = bin
 
-	poolConfig, err := pgxpool.ParseConfig(b.opt.dsn)
+	poolConfig, err := benchPoolConfig(b.opt.dsn)
 	if err != nil {
 		return fmt.Errorf("bench: --database-url: %w", err)
 	}
 	poolConfig.MaxConns = max(poolConfig.MaxConns, int32(b.opt.set.Streams*b.opt.set.Concurrency+benchRateWorkers+4))
-	poolConfig.ConnConfig.RuntimeParams["jit"] = "off" // as the dispatcher's pool
 	if b.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return fmt.Errorf("bench: connect to database: %w", err)
 	}

@@ -102,11 +102,10 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 		return out, err
 	}
 	binary := cmp.Or(spec.binary, b.opt.binary)
-	backend, err := store.BenchBackendPID(ctx, b.pool)
+	postmaster, local, err := b.localServer(ctx)
 	if err != nil {
 		return out, fmt.Errorf("bench: %s: %w", phase, err)
 	}
-	postmaster, local := postmasterOf(backend)
 	var cpuBefore float64
 	if local {
 		cpuBefore = serverCPU(postmaster)
@@ -407,4 +406,15 @@ func (t *tally) against(ids []int64) (arrived, duplicates int64) {
 		}
 	}
 	return arrived, duplicates
+}
+
+// localServer finds the postmaster of the server the bench's pool talks to, through one
+// of its sessions' backend pid; local is false when that server is not on this machine.
+func (b *bench) localServer(ctx context.Context) (postmaster int, local bool, err error) {
+	backend, err := store.BenchBackendPID(ctx, b.pool)
+	if err != nil {
+		return 0, false, err
+	}
+	postmaster, local = postmasterOf(backend)
+	return postmaster, local, nil
 }

@@ -204,11 +204,10 @@ func (b *bench) databaseAlone(ctx context.Context, n int) (benchThroughput, *flo
 		return benchThroughput{}, nil, fmt.Errorf("bench: %s: %w", phase, err)
 	}
 	defer closeStores()
-	backend, err := store.BenchBackendPID(ctx, b.pool)
+	postmaster, local, err := b.localServer(ctx)
 	if err != nil {
 		return benchThroughput{}, nil, fmt.Errorf("bench: %s: %w", phase, err)
 	}
-	postmaster, local := postmasterOf(backend)
 	var before float64
 	if local {
 		before = serverCPU(postmaster)
@@ -223,7 +222,7 @@ func (b *bench) databaseAlone(ctx context.Context, n int) (benchThroughput, *flo
 
 // replicaStores is one store per replica for claimAck: the bench's own for one, else
 // each on a pool of its own, sized and set up as a dispatcher's claims would have it
-// (JIT off, as outboxd run's pool), and acknowledging as the bench's store does. Their
+// (benchPoolConfig), and acknowledging as the bench's store does. Their
 // sessions are open when it returns, as the bench's own pool's are.
 func (b *bench) replicaStores(ctx context.Context, replicas int) (stores []*store.Store, _ func(), err error) {
 	if replicas <= 1 {
@@ -242,11 +241,10 @@ func (b *bench) replicaStores(ctx context.Context, replicas int) (stores []*stor
 	}()
 	for range replicas {
 		var cfg *pgxpool.Config
-		if cfg, err = pgxpool.ParseConfig(b.opt.dsn); err != nil {
+		if cfg, err = benchPoolConfig(b.opt.dsn); err != nil {
 			return nil, nil, err
 		}
 		cfg.MaxConns = int32(b.opt.set.Streams*b.opt.set.Concurrency + 1)
-		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 		var pool *pgxpool.Pool
 		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return nil, nil, err
@@ -262,6 +260,17 @@ func (b *bench) replicaStores(ctx context.Context, replicas int) (stores []*stor
 		stores = append(stores, st)
 	}
 	return stores, closeAll, nil
+}
+
+// benchPoolConfig is the configuration of a pool of the bench's on dsn: its sessions run
+// with JIT off, as the dispatcher's pool does, so that its statements plan alike.
+func benchPoolConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	return cfg, nil
 }
 
 // warm opens n sessions of pool and hands them back to it.
