@@ -510,12 +510,22 @@ func TTLOptions(streams map[string]config.Stream) []store.Option {
 // burst has passed. The flow locks, when they share this pool, hold at most half of it
 // (store.TryFlow), so a flowing pipeline always finds connections to claim with.
 //
+// The pool keeps pipelineSpare connections idle beyond those in use, topped up in the
+// background every second: a flow that starts takes one for its lock, and the claim
+// after it another. Without them that claim waited for a new connection's handshake,
+// which under load took 260 ms and held every message committed meanwhile (a burst of
+// 1,000 a second from idle had a p99 of 61–273 ms where the rest of the run's was
+// 11–37; docs/benchmarks.md).
+//
 // Behind a transaction pooler the server's setting stays: the pooler would refuse the
 // startup parameter.
 func pipelineSessions(base *pgxpool.Config, db config.Database, streams map[string]config.Stream, behind bool) *pgxpool.Config {
 	c := base.Copy()
 	c.MaxConns = pipelineConns(db, streams)
 	c.MaxConnIdleTime = min(c.MaxConnIdleTime, pipelineIdle)
+	c.MinConns = min(pipelineSpare, c.MaxConns) // idle ones beyond MinConns close after pipelineIdle
+	c.MinIdleConns = c.MinConns
+	c.HealthCheckPeriod = pipelineSpareCheck
 	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set && !behind {
 		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
@@ -524,6 +534,14 @@ func pipelineSessions(base *pgxpool.Config, db config.Database, streams map[stri
 
 // pipelineIdle is how long a pipelines' connection may stay idle before it is closed.
 const pipelineIdle = 30 * time.Second
+
+// pipelineSpare is how many of the pipelines' connections stay idle for what comes next
+// (a flow's lock and the claim after it), and pipelineSpareCheck how often the pool
+// opens what is missing.
+const (
+	pipelineSpare      = 2
+	pipelineSpareCheck = time.Second
+)
 
 // pipelineConns is the bound of the pipelines' pool: database.max_conns when set, else
 // what every stream could use at once (per stream its batches in flight, a claim and a

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -123,5 +124,43 @@ func TestThePipelinesPoolIsBoundedByItsSettingNotByTheStreams(t *testing.T) {
 				t.Errorf("idle connections live %s, want at most %s", got.MaxConnIdleTime, pipelineIdle)
 			}
 		})
+	}
+}
+
+// TestThePipelinesPoolKeepsConnectionsSpareForAFlowAndTheClaimAfterIt: a flow that
+// starts takes a connection for its lock and its next claim takes another; neither may
+// wait for a new connection's handshake, so the pool opens what is missing in the
+// background while connections are in use.
+func TestThePipelinesPoolKeepsConnectionsSpareForAFlowAndTheClaimAfterIt(t *testing.T) {
+	t.Parallel()
+	base, err := pgxpool.ParseConfig(testenv.SharedDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), pipelineSessions(base, config.Database{}, map[string]config.Stream{"s": {Concurrency: 2}}, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	spare := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(3 * pipelineSpareCheck)
+		for pool.Stat().IdleConns() < pipelineSpare {
+			if time.Now().After(deadline) {
+				s := pool.Stat()
+				t.Fatalf("%s: %d idle of %d connections after %v; want %d idle", what, s.IdleConns(), s.TotalConns(), 3*pipelineSpareCheck, pipelineSpare)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	spare("a new pool")
+	lock, err := pool.Acquire(t.Context()) // a flow's lock, held
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	spare("with a flow's lock held")
+	if s := pool.Stat(); s.TotalConns() != pipelineSpare+1 {
+		t.Errorf("%d connections with one in use; want %d", s.TotalConns(), pipelineSpare+1)
 	}
 }
