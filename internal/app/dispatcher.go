@@ -505,43 +505,50 @@ func TTLOptions(streams map[string]config.Stream) []store.Option {
 // they are published again, never lost. Operators' requeues and skips, the janitor and
 // migrations keep the server's setting. Measured: docs/benchmarks.md.
 //
-// A batch that finds every connection busy waits for one (within its claim's deadline);
-// a connection left idle for pipelineIdle is closed, so the pool shrinks back once a
-// burst has passed. The flow locks, when they share this pool, hold at most half of it
-// (store.TryFlow), so a flowing pipeline always finds connections to claim with.
+// A batch that finds every connection busy waits for one (within its claim's deadline).
+// The flow locks, when they share this pool, hold at most half of it (store.TryFlow), so
+// a flowing pipeline always finds connections to claim with.
 //
-// The pool keeps pipelineSpare connections idle beyond those in use, topped up in the
-// background every second: a flow that starts takes one for its lock, and the claim
-// after it another. Without them that claim waited for a new connection's handshake,
-// which under load took 260 ms and held every message committed meanwhile (a burst of
-// 1,000 a second from idle had a p99 of 61–273 ms where the rest of the run's was
-// 11–37; docs/benchmarks.md).
+// The pool opens up front, and keeps open, what one stream's burst takes at once (its
+// batches in flight, the claim after them and its flow lock; the whole pool if smaller),
+// reopening a lost connection within pipelineRefill: a claim that finds no connection
+// idle while the pool could grow waits for a new one's handshake, even if another is
+// released a millisecond later, and under load a handshake took 260 ms, holding every
+// message committed meanwhile. A burst from idle met it at once: a flow's lock took the
+// last idle connection and the claim after it waited (the bench's 1,000 msg/s phase had a
+// p99 of 61–273 ms where the rest of the run's was 11–37; docs/benchmarks.md). Beyond
+// that the pool grows on demand and closes what stays idle for pipelineIdle.
 //
 // Behind a transaction pooler the server's setting stays: the pooler would refuse the
 // startup parameter.
 func pipelineSessions(base *pgxpool.Config, db config.Database, streams map[string]config.Stream, behind bool) *pgxpool.Config {
 	c := base.Copy()
 	c.MaxConns = pipelineConns(db, streams)
+	c.MinConns = min(c.MaxConns, burstConns(streams))
 	c.MaxConnIdleTime = min(c.MaxConnIdleTime, pipelineIdle)
-	c.MinConns = min(pipelineSpare, c.MaxConns) // idle ones beyond MinConns close after pipelineIdle
-	c.MinIdleConns = c.MinConns
-	c.HealthCheckPeriod = pipelineSpareCheck
+	c.HealthCheckPeriod = pipelineRefill
 	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set && !behind {
 		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
 	return c
 }
 
-// pipelineIdle is how long a pipelines' connection may stay idle before it is closed.
-const pipelineIdle = 30 * time.Second
-
-// pipelineSpare is how many of the pipelines' connections stay idle for what comes next
-// (a flow's lock and the claim after it), and pipelineSpareCheck how often the pool
-// opens what is missing.
+// pipelineRefill is how often the pipelines' pool reopens connections it lost, and
+// pipelineIdle how long one beyond its minimum may stay idle before it is closed.
 const (
-	pipelineSpare      = 2
-	pipelineSpareCheck = time.Second
+	pipelineRefill = time.Second
+	pipelineIdle   = 30 * time.Second
 )
+
+// burstConns is what the busiest stream's burst holds at once: its batches in flight, a
+// claim and a flow lock.
+func burstConns(streams map[string]config.Stream) int32 {
+	n := 0
+	for _, s := range streams {
+		n = max(n, s.Concurrency+2)
+	}
+	return int32(min(n, math.MaxInt32))
+}
 
 // pipelineConns is the bound of the pipelines' pool: database.max_conns when set, else
 // what every stream could use at once (per stream its batches in flight, a claim and a

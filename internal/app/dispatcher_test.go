@@ -109,10 +109,12 @@ func TestThePipelinesPoolIsBoundedByItsSettingNotByTheStreams(t *testing.T) {
 		db      config.Database
 		streams map[string]config.Stream
 		want    int32
+		burst   int // connections kept open: the busiest stream's concurrency + 2
 	}{
-		{"A thousand streams get a few connections per CPU.", config.Database{}, streams, int32(max(10, 4*runtime.GOMAXPROCS(0)))},
-		{"Two streams get what they can use at once.", config.Database{}, map[string]config.Stream{"a": {Concurrency: 1}, "b": {Concurrency: 2}}, 7},
-		{"database.max_conns sets the bound.", config.Database{MaxConns: 6}, streams, 6},
+		{"A thousand streams get a few connections per CPU.", config.Database{}, streams, int32(max(10, 4*runtime.GOMAXPROCS(0))), 4},
+		{"Two streams get what they can use at once.", config.Database{}, map[string]config.Stream{"a": {Concurrency: 1}, "b": {Concurrency: 2}}, 7, 4},
+		{"database.max_conns sets the bound.", config.Database{MaxConns: 6}, streams, 6, 4},
+		{"A bound under a stream's burst keeps the whole pool open.", config.Database{MaxConns: 3}, streams, 3, 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,18 +122,20 @@ func TestThePipelinesPoolIsBoundedByItsSettingNotByTheStreams(t *testing.T) {
 			if got.MaxConns != c.want {
 				t.Errorf("MaxConns %d, want %d", got.MaxConns, c.want)
 			}
+			if want := min(c.want, int32(c.burst)); got.MinConns != want {
+				t.Errorf("MinConns %d; want %d, a stream's burst, kept open", got.MinConns, want)
+			}
 			if got.MaxConnIdleTime > pipelineIdle {
-				t.Errorf("idle connections live %s, want at most %s", got.MaxConnIdleTime, pipelineIdle)
+				t.Errorf("idle connections beyond those live %s, want at most %s", got.MaxConnIdleTime, pipelineIdle)
 			}
 		})
 	}
 }
 
-// TestThePipelinesPoolKeepsConnectionsSpareForAFlowAndTheClaimAfterIt: a flow that
-// starts takes a connection for its lock and its next claim takes another; neither may
-// wait for a new connection's handshake, so the pool opens what is missing in the
-// background while connections are in use.
-func TestThePipelinesPoolKeepsConnectionsSpareForAFlowAndTheClaimAfterIt(t *testing.T) {
+// TestThePipelinesPoolIsOpenForAStreamsBurstBeforeAnyClaimNeedsIt: a claim that finds
+// no connection idle while the pool could grow waits for a new one's handshake, so the
+// pool opens what a stream's burst takes up front and reopens one it loses.
+func TestThePipelinesPoolIsOpenForAStreamsBurstBeforeAnyClaimNeedsIt(t *testing.T) {
 	t.Parallel()
 	base, err := pgxpool.ParseConfig(testenv.SharedDatabase(t))
 	if err != nil {
@@ -142,25 +146,25 @@ func TestThePipelinesPoolKeepsConnectionsSpareForAFlowAndTheClaimAfterIt(t *test
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	spare := func(what string) {
+	open := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(3 * pipelineSpareCheck)
-		for pool.Stat().IdleConns() < pipelineSpare {
+		deadline := time.Now().Add(3 * pipelineRefill)
+		for pool.Stat().IdleConns() < 2+2 { // concurrency 2, a claim, a flow lock
 			if time.Now().After(deadline) {
 				s := pool.Stat()
-				t.Fatalf("%s: %d idle of %d connections after %v; want %d idle", what, s.IdleConns(), s.TotalConns(), 3*pipelineSpareCheck, pipelineSpare)
+				t.Fatalf("%s: %d idle of %d connections after %v; want 4 idle", what, s.IdleConns(), s.TotalConns(), 3*pipelineRefill)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	spare("a new pool")
-	lock, err := pool.Acquire(t.Context()) // a flow's lock, held
+	open("a new pool")
+	conn, err := pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Release()
-	spare("with a flow's lock held")
-	if s := pool.Stat(); s.TotalConns() != pipelineSpare+1 {
-		t.Errorf("%d connections with one in use; want %d", s.TotalConns(), pipelineSpare+1)
+	if err := conn.Conn().Close(t.Context()); err != nil { // lost, as a killed session would be
+		t.Fatal(err)
 	}
+	conn.Release()
+	open("after losing a connection")
 }
