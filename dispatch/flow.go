@@ -24,8 +24,8 @@ import (
 //
 // Producers that commit at once can never show that rate: their notifying commits queue
 // for each other, and the rate a pipeline hears is the queue's, not what they offer (a
-// burst of 1,000 a second from idle was heard at 200 to 300 a second on a loaded
-// machine, for half a second). What gives them away is a claim that finds several
+// burst of 1,000 a second from idle was heard at 140 to 370 a second for up to half a
+// second, docs/benchmarks.md). What gives them away is a claim that finds several
 // messages: one producer waiting on its own commits leaves one at a time. So a flow
 // also starts at a quarter of the flow rate when the window's claims found more
 // messages than there were claims. A flow ends after flowLinger without a message, or
