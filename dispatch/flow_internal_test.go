@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,10 +105,10 @@ func TestAFlowStartsBelowItsRateOnlyWhenClaimsFindSeveralMessages(t *testing.T) 
 		flowing bool
 	}{
 		{"producers committing at once, heard at 200 a second, flow", 20, []int{1, 2, 1, 1, 3, 1, 1, 2, 1, 1, 1, 1, 1, 2, 1}, true},
-		{"one producer at a time at 260 a second stays parked", 26, repeat(1, 26), false},
+		{"one producer at a time at 260 a second stays parked", 26, slices.Repeat([]int{1}, 26), false},
 		{"producers committing at once at 100 a second, under a quarter of the rate, stay parked", 10, []int{2, 3, 1, 2, 2}, false},
 		{"a backlog drained in full batches without notifications stays parked", 0, []int{100, 100, 100}, false},
-		{"600 a second one at a time flow, as before", 60, repeat(1, 60), true},
+		{"600 a second one at a time flow, as before", 60, slices.Repeat([]int{1}, 60), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -166,13 +167,4 @@ func TestAFlowEndsWhenASecondOfItsClaimsFindsUnderAnEighthOfItsRate(t *testing.T
 			}
 		})
 	}
-}
-
-// repeat is n copies of v.
-func repeat(v, n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = v
-	}
-	return s
 }
