@@ -80,9 +80,14 @@ func TestTwoReplicasWithFailuresDeliverOrExpireEveryRowAndPublishNoExpiredOne(t 
 		stop := run(t, p)
 		defer stop()
 	}
-	waitFor(t, 2*time.Minute, "every row delivered or expired", func() bool {
+	// A claim reports what its sweep expired once the claim has returned, just after the
+	// sweep committed: wait for the reports too, or a read between the two misses one.
+	waitFor(t, 2*time.Minute, "every row delivered or expired, each expiry reported", func() bool {
 		c := f.counts(t)
-		return c["delivered"]+c["expired"] == total
+		counter.mu.Lock()
+		reported := len(counter.ids)
+		counter.mu.Unlock()
+		return c["delivered"]+c["expired"] == total && reported >= c["expired"]
 	})
 
 	confirmed := map[int64]int{}
