@@ -45,6 +45,10 @@ type ListenerConfig struct {
 	// wait for it; the first session takes it instead of connecting. Run closes it if
 	// it stops before a session took it.
 	Early <-chan *store.Notifications
+	// EarlyPolled says Early's connection was listening before the shared poll's first
+	// poll began, which so finds everything it could have missed: its session does not
+	// call Connected.
+	EarlyPolled bool
 	// Connected, when set, is called after each (re)connect instead of waking every
 	// pipeline: the shared poll (Poller.Kick) then finds the streams whose notifications
 	// may have been lost, without a claim per stream.
@@ -116,8 +120,10 @@ func (l *Listener) early() *store.Notifications {
 // The connection is closed only here, after Wait has returned: closing
 // it under a waiting goroutine would race.
 func (l *Listener) session(ctx context.Context) error {
+	polled := l.cfg.EarlyPolled
 	conn := l.early()
 	if conn == nil {
+		polled = false
 		connectCtx, cancel := context.WithTimeout(ctx, ListenConnectTimeout)
 		var err error
 		conn, err = store.Listen(connectCtx, l.cfg.Listen)
@@ -134,9 +140,11 @@ func (l *Listener) session(ctx context.Context) error {
 	l.connected.Store(true)
 	l.emit.Emit(events.ListenerState{Connected: true})
 	l.log.Info("listening for new messages", "channel", conn.Channel())
-	if l.cfg.Connected != nil {
+	switch {
+	case polled: // the shared poll's first poll began after LISTEN: nothing was missed
+	case l.cfg.Connected != nil:
 		l.cfg.Connected()
-	} else {
+	default:
 		for _, w := range l.wakers {
 			w.Wake()
 		}

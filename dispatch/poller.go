@@ -28,6 +28,7 @@ type Poller struct {
 	pipelines []*Pipeline
 	log       *slog.Logger
 	kick      chan struct{}
+	primed    bool
 }
 
 // NewPoller builds the shared poll of pipelines, run every interval.
@@ -45,10 +46,19 @@ func (p *Poller) Kick() {
 	}
 }
 
-// Run polls at once, then every interval or when kicked, until ctx ends.
+// Prime polls once before Run, so that the first poll is not made while the process
+// first answers /readyz (both would want the general pool's one open connection, and
+// one of them would wait for a new connection's handshake). Run then begins with a
+// wait; after a failed Prime it polls at once.
+func (p *Poller) Prime(ctx context.Context) {
+	p.primed = p.poll(ctx) == nil
+}
+
+// Run polls at once (unless Prime did), then every interval or when kicked, until ctx
+// ends.
 func (p *Poller) Run(ctx context.Context) error {
 	failures := 0
-	for first := true; ; first = false {
+	for first := !p.primed; ; first = false {
 		if !first {
 			t := time.NewTimer(jitter(p.interval))
 			select {

@@ -35,13 +35,19 @@ func Listen(ctx context.Context, cfg ListenConfig) (*Notifications, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+cfg.Table.ListenChannel()); err != nil {
+	return ListenOn(ctx, conn, cfg.Table)
+}
+
+// ListenOn LISTENs on t's channel on conn, an open connection of its own (outside any
+// pool and transaction), which it then owns: on failure it closes conn.
+func ListenOn(ctx context.Context, conn *pgx.Conn, t table.Name) (*Notifications, error) {
+	if _, err := conn.Exec(ctx, "LISTEN "+t.ListenChannel()); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Table.Channel(), err)
+		return nil, fmt.Errorf("listen on %s: %w", t.Channel(), err)
 	}
-	return &Notifications{conn: conn, channel: cfg.Table.Channel()}, nil
+	return &Notifications{conn: conn, channel: t.Channel()}, nil
 }
 
 // Channel is the channel listened on.

@@ -66,7 +66,8 @@ type Options struct {
 	// which the dispatcher uses and closes; without them it opens its own.
 	start *startConns
 	// early, when set, delivers the listening connection run began to open before it
-	// waited for the database (listenEarly); without it the dispatcher begins its own.
+	// waited for the database (listenEarly, for database.listen_url); without it the
+	// listener takes a start connection or opens its own.
 	early chan *store.Notifications
 }
 
@@ -99,11 +100,11 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, err
 	}
 	early := opt.early
-	if early == nil {
+	if early == nil && cfg.Database.ListenURL != "" {
 		early = listenEarly(ctx, listen)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && early != nil {
 			go closeEarly(ctx, early) // the listener never ran: nothing else takes it
 		}
 	}()
@@ -140,7 +141,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	serverSettings(poolConfig, cfg.Database, behind)
 	pipeConfig := pipelineSessions(poolConfig, cfg.Database, cfg.Streams, behind)
 	d.pool = start.adopt()
-	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
+	if d.pipePool, err = pgxpool.NewWithConfig(skipFirstFill(ctx, pipeConfig), pipeConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	opts := append(StoreOptions(cfg.Janitor), TTLOptions(cfg.Streams)...)
@@ -167,6 +168,12 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	if err != nil {
 		return nil, err
+	}
+	// LISTEN before the first poll (below), which so finds every row committed before.
+	earlyPolled := false
+	if early == nil && cfg.Database.ListenURL == "" && !behind {
+		early = start.listen(ctx, n)
+		earlyPolled = early != nil
 	}
 	start.release()
 	if cfg.Janitor.Partitions.Enabled {
@@ -233,8 +240,8 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		wakers = append(wakers, p)
 	}
 	d.poller = dispatch.NewPoller(sharedPoll(cfg.Streams), d.store, d.pipelines, logger)
-	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early, Connected: d.poller.Kick},
-		wakers, d.bus, logger)
+	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early, EarlyPolled: earlyPolled,
+		Connected: d.poller.Kick}, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {
@@ -279,6 +286,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if opt.Subscribe != nil {
 		opt.Subscribe(d.bus)
 	}
+	d.poller.Prime(ctx)
 	return d, nil
 }
 
@@ -438,10 +446,11 @@ func listenConfig(cfg *config.Config) (store.ListenConfig, error) {
 	return store.ListenConfig{Conn: c, Table: cfg.Table()}, nil
 }
 
-// listenEarly begins to open the listening connection, so that readiness does not wait
-// for one more connection after the rest (the pooler probe and the schema check); the
-// listener takes it from the channel, or, if opening it failed, connects itself and says
-// why. Whoever does not hand the channel to a listener closes what arrives (closeEarly).
+// listenEarly begins to open the listening connection to database.listen_url, so that
+// readiness does not wait for one more connection after the rest (the pooler probe and
+// the schema check); the listener takes it from the channel, or, if opening it failed,
+// connects itself and says why. Whoever does not hand the channel to a listener closes
+// what arrives (closeEarly).
 func listenEarly(ctx context.Context, listen store.ListenConfig) chan *store.Notifications {
 	early := make(chan *store.Notifications, 1)
 	go func() {

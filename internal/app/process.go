@@ -110,10 +110,12 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 		return fmt.Errorf("outbox %s: %w", o.name, err)
 	}
 	opt := o.options(migrate, tp, tracingOn)
-	// The listening connection begins to open now, with the two that wait for the
-	// database: all three handshakes at once.
-	if listen, err := listenConfig(o.cfg); err == nil {
-		opt.early = listenEarly(ctx, listen)
+	// A listening connection to database.listen_url begins to open now, with the two
+	// that wait for the database; without it, the listener takes one of the two.
+	if o.cfg.Database.ListenURL != "" {
+		if listen, err := listenConfig(o.cfg); err == nil {
+			opt.early = listenEarly(ctx, listen)
+		}
 	}
 	conns, err := waitForDatabase(ctx, o.cfg, o.log, o.notReady)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/table"
 )
 
 // How the general pool's connections are set, known once the pooler probe has
@@ -23,8 +25,9 @@ const (
 
 // startConns is the general pool as run opens it, with the first two connections it
 // opened, both at once, to learn that the database answers. The dispatcher asks the
-// pooler probe's questions on the two and checks the schema on the second; then they
-// go back into the pool, which the dispatcher keeps. Each connection's handshake (TLS
+// pooler probe's questions on the two and checks the schema on the second; then the
+// second becomes the listener's, when the listener would open one like it (listen), and
+// the rest go back into the pool, which the dispatcher keeps. Each connection's handshake (TLS
 // included, and the server's fork of a process for it) is most of what it costs: the
 // way to ready waits for one handshake where it waited for three, and /readyz finds
 // the pool's connections open instead of waiting for one more (docs/benchmarks.md,
@@ -146,6 +149,23 @@ func (s *startConns) settle(ctx context.Context, behind bool) error {
 func (s *startConns) adopt() *pgxpool.Pool {
 	s.adopted = true
 	return s.pool
+}
+
+// listen makes the second connection the listener's: it leaves the pool and LISTENs on
+// t's channel, so that readiness waits for two handshakes rather than three. It returns
+// the listening connection as ListenerConfig.Early takes it, or nil when LISTEN failed
+// (the listener then opens its own). Call it only for a direct session on the URL the
+// listener would use (database_url, no database.listen_url), once settle has run.
+func (s *startConns) listen(ctx context.Context, t table.Name) chan *store.Notifications {
+	conn := s.second.Hijack()
+	s.second = nil
+	n, err := store.ListenOn(ctx, conn, t)
+	if err != nil {
+		return nil
+	}
+	early := make(chan *store.Notifications, 1)
+	early <- n
+	return early
 }
 
 // release puts the two connections back into the pool.

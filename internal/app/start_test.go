@@ -60,11 +60,12 @@ func holdAll(t *testing.T, pool *pgxpool.Pool, n int) []*pgxpool.Conn {
 	return conns
 }
 
-// TestTheStartsConnectionsJoinTheGeneralPoolWithADirectSessionsSettings: the two
-// connections run opens to probe for a pooler and check the schema stay open in the
-// general pool, so /readyz asks on them instead of waiting for a new one; and they have
-// the settings every other connection of the pool asks for at its start (JIT off, the
-// server's keepalives), which they could not ask for before the probe answered.
+// TestTheStartsConnectionsJoinTheGeneralPoolWithADirectSessionsSettings: of the two
+// connections run opens to probe for a pooler and check the schema, the one the
+// listener does not take stays open in the general pool, so /readyz asks on it instead
+// of waiting for a new one; and the pool's connections have the settings every other
+// connection of the pool asks for at its start (JIT off, the server's keepalives),
+// which the start's could not ask for before the probe answered.
 func TestTheStartsConnectionsJoinTheGeneralPoolWithADirectSessionsSettings(t *testing.T) {
 	t.Parallel()
 	pg := testenv.NewPG(t)
@@ -87,7 +88,7 @@ func TestTheStartsConnectionsJoinTheGeneralPoolWithADirectSessionsSettings(t *te
 		t.Errorf("the readiness checks opened %d more connections; want none", n-2)
 	}
 
-	conns := holdAll(t, d.pool, 3) // the start's two and a new one
+	conns := holdAll(t, d.pool, 3) // the start's first and two new ones
 	defer func() {
 		for _, c := range conns {
 			c.Release()
@@ -138,5 +139,71 @@ func TestBehindPgBouncerTheGeneralPoolPreparesNoStatement(t *testing.T) {
 		err := c.QueryRow(ctx, "SELECT $1::text", strconv.Itoa(i)).Scan(&v)
 		cancel()
 		must(t, err)
+	}
+}
+
+// TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne: on the way to ready the
+// dispatcher opens two connections, not three, and not the pipelines' standing ones:
+// the second start connection becomes the listener's, and the pipelines' pool opens its
+// burst's connections once the start is over. Every connection is a server process
+// forked for it, and on two cores the handshakes at once were most of exec → ready. A
+// row committed before the first poll is still claimed at once, though the listener's
+// connection does not ask for a poll of its own.
+func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	app := "outboxd-start-" + pg.Table.Schema
+	cfg := startConfig(t, pg, withAppName(t, pg.DSN, app))
+	s := cfg.Streams["s"]
+	s.PollInterval = time.Hour // a claim now can only come of the first poll or a notification
+	cfg.Streams["s"] = s
+	sessions := func() int {
+		t.Helper()
+		var n int
+		must(t, pg.Pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))
+		return n
+	}
+	enqueue := func(key string) int64 {
+		t.Helper()
+		var id int64
+		must(t, pg.Pool.QueryRow(t.Context(), `INSERT INTO `+pg.Table.String()+
+			` (stream, topic, key, payload) VALUES ('s', 'orders', $1, '{}') RETURNING id`, key).Scan(&id))
+		return id
+	}
+	before := enqueue("before")
+	d, err := NewDispatcher(t.Context(), cfg, slog.New(slog.DiscardHandler), Options{})
+	must(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	defer func() {
+		cancel()
+		must(t, <-done)
+	}()
+	time.Sleep(100 * time.Millisecond) // for any connection opened in the background
+	if n := sessions(); n != 2 {
+		t.Errorf("%d sessions after the start; want 2 (the general pool's and the listener's)", n)
+	}
+	during := enqueue("during")
+	go func() { done <- d.Run(ctx) }()
+	for _, id := range []int64{before, during} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var status string
+			must(t, pg.Pool.QueryRow(t.Context(), `SELECT status FROM `+pg.Table.String()+` WHERE id = $1`, id).Scan(&status))
+			if status == "delivered" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("row %d is %s 5s after the dispatcher began; want delivered (poll_interval is an hour)", id, status)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	want := int(burstConns(cfg.Streams))
+	for deadline := time.Now().Add(5 * time.Second); d.pipePool.Stat().TotalConns() < int32(want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pipelines' pool holds %d connections 5s after the start; want its burst's %d", d.pipePool.Stat().TotalConns(), want)
+		}
 	}
 }
