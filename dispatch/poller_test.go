@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,5 +123,94 @@ func TestAReconnectedListenerAsksTheSharedPollInsteadOfWakingEveryPipeline(t *te
 	case <-a.woken:
 		t.Fatal("stream a was woken twice for one insert: the connect woke it too")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestAListenerWhoseEarlyConnectionListenedBeforeTheFirstPollAsksForNoPollUntilItReconnects:
+// the start's listening connection LISTENed before the shared poll's first poll, which so
+// found everything; asking for another poll at once would only take the general pool's
+// connection from the first /readyz. A reconnect still asks: notifications sent while it
+// was away are lost.
+func TestAListenerWhoseEarlyConnectionListenedBeforeTheFirstPollAsksForNoPollUntilItReconnects(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	a := &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}
+	asked := make(chan struct{}, 1)
+	cfg, err := pgx.ParseConfig(f.pg.DSN)
+	must(t, err)
+	listen := store.ListenConfig{Conn: cfg, Table: f.pg.Table}
+	conn, err := store.Listen(f.ctx, listen)
+	must(t, err)
+	early := make(chan *store.Notifications, 1)
+	early <- conn
+	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early, EarlyPolled: true,
+		Connected: func() { asked <- struct{}{} }}, []dispatch.Waker{a}, newRecorder(), nil)
+	f.insert(t, "a", 1) // after LISTEN, before Run: the notification waits on the connection
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-a.woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream a was not woken by its insert")
+	}
+	select {
+	case <-asked:
+		t.Fatal("the listener asked for a poll on a connection that listened before the first poll")
+	case <-time.After(200 * time.Millisecond):
+	}
+	var killed bool
+	must(t, f.pg.Pool.QueryRow(f.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1`,
+		"LISTEN "+f.pg.Table.ListenChannel()).Scan(&killed))
+	if !killed {
+		t.Fatal("the listener's backend was not found")
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener reconnected without asking for a poll")
+	}
+}
+
+// countingDue is a DueFinder that counts its questions and finds nothing due.
+type countingDue struct{ asked atomic.Int64 }
+
+func (c *countingDue) DueStreams(context.Context) (map[string]bool, error) {
+	c.asked.Add(1)
+	return map[string]bool{}, nil
+}
+
+func (c *countingDue) TTL(string) time.Duration { return 0 }
+
+// TestAPrimedSharedPollWaitsItsIntervalBeforeItPollsAgain: the poll the start made
+// before the dispatching line (Prime) is the first; Run does not repeat it at once,
+// while the process answers its first /readyz on the same pool.
+func TestAPrimedSharedPollWaitsItsIntervalBeforeItPollsAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		primed bool
+		want   int64
+	}{
+		{"a primed poll asks once before Run and not again within its interval", true, 1},
+		{"an unprimed poll asks as soon as it runs", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			due := &countingDue{}
+			p := dispatch.NewPoller(time.Hour, due, nil, nil)
+			if tc.primed {
+				p.Prime(context.Background())
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { _ = p.Run(ctx); close(done) }()
+			time.Sleep(200 * time.Millisecond)
+			cancel()
+			<-done
+			if n := due.asked.Load(); n != tc.want {
+				t.Errorf("asked %d times; want %d", n, tc.want)
+			}
+		})
 	}
 }
