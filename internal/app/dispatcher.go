@@ -157,11 +157,12 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
-	// The schema is checked on a start connection, with the simple protocol (a
-	// transaction pooler forwards it); then both go back into the general pool, where
-	// /readyz, the shared poll and the janitor find them open.
+	// The schema is checked on the first start connection, with the simple protocol (a
+	// transaction pooler forwards it); then it goes back into the general pool, where
+	// /readyz, the shared poll and the janitor find it open, and the second too unless
+	// the listener takes it.
 	err = checkSchema(ctx, n, cfg.SessionURL(), func(ctx context.Context) (uint, bool, error) {
-		return d.store.SchemaVersionOn(ctx, start.second.Conn())
+		return d.store.SchemaVersionOn(ctx, start.first.Conn())
 	})
 	if err == nil {
 		err = start.settle(ctx, behind)

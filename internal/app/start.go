@@ -25,13 +25,14 @@ const (
 
 // startConns is the general pool as run opens it, with the first two connections it
 // opened, both at once, to learn that the database answers. The dispatcher asks the
-// pooler probe's questions on the two and checks the schema on the second; then the
-// second becomes the listener's, when the listener would open one like it (listen), and
-// the rest go back into the pool, which the dispatcher keeps. Each connection's handshake (TLS
-// included, and the server's fork of a process for it) is most of what it costs: the
-// way to ready waits for one handshake where it waited for three, and /readyz finds
-// the pool's connections open instead of waiting for one more (docs/benchmarks.md,
-// exec → ready).
+// pooler probe's questions on the two and checks the schema on the first (where the
+// first /readyz asks again, on a session that has read that table's catalog already);
+// then the second becomes the listener's, when the listener would open one like it
+// (listen), and the rest go back into the pool, which the dispatcher keeps. Each
+// connection's handshake (TLS included, and the server's fork of a process for it) is
+// most of what it costs: the way to ready opens two at once, the fewest the probe can
+// answer with, and /readyz finds the pool's connection open instead of waiting for one
+// more (docs/benchmarks.md, exec → ready).
 //
 // Until the probe has answered, the two carry database_url's own settings only; once
 // it has, the pool's next connections are set by mode, and settle gives the two the
