@@ -49,10 +49,16 @@ func (p *Poller) Kick() {
 // Prime polls once before Run, so that the first poll is not made while the process
 // first answers /readyz (both would want the general pool's one open connection, and
 // one of them would wait for a new connection's handshake). Run then begins with a
-// wait; after a failed Prime it polls at once.
+// wait; after a failed Prime it polls at once. A start waits for Prime, so it gives up
+// after primeTimeout (a table locked by a migration, say) whatever the interval.
 func (p *Poller) Prime(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, primeTimeout)
+	defer cancel()
 	p.primed = p.poll(ctx) == nil
 }
+
+// primeTimeout bounds Prime.
+const primeTimeout = 5 * time.Second
 
 // Run polls at once (unless Prime did), then every interval or when kicked, until ctx
 // ends.

@@ -96,13 +96,9 @@ func TestTheSharedPollAloneDeliversEveryMessageOfManyStreams(t *testing.T) {
 // its own.
 func TestAReconnectedListenerAsksTheSharedPollInsteadOfWakingEveryPipeline(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	a := &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}
-	asked := make(chan struct{}, 1)
-	cfg, err := pgx.ParseConfig(f.pg.DSN)
-	must(t, err)
+	f, a, asked, listen := askingListener(t)
 	rec := newRecorder()
-	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: store.ListenConfig{Conn: cfg, Table: f.pg.Table},
+	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: listen,
 		Connected: func() { asked <- struct{}{} }}, []dispatch.Waker{a}, rec, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -133,12 +129,7 @@ func TestAReconnectedListenerAsksTheSharedPollInsteadOfWakingEveryPipeline(t *te
 // was away are lost.
 func TestAListenerWhoseEarlyConnectionListenedBeforeTheFirstPollAsksForNoPollUntilItReconnects(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	a := &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}
-	asked := make(chan struct{}, 1)
-	cfg, err := pgx.ParseConfig(f.pg.DSN)
-	must(t, err)
-	listen := store.ListenConfig{Conn: cfg, Table: f.pg.Table}
+	f, a, asked, listen := askingListener(t)
 	conn, err := store.Listen(f.ctx, listen)
 	must(t, err)
 	early := make(chan *store.Notifications, 1)
@@ -173,11 +164,31 @@ func TestAListenerWhoseEarlyConnectionListenedBeforeTheFirstPollAsksForNoPollUnt
 	}
 }
 
-// countingDue is a DueFinder that counts its questions and finds nothing due.
-type countingDue struct{ asked atomic.Int64 }
+// askingListener is what the listener tests that watch Connected start from: a
+// fixture, a waker of stream a, a channel for Connected to signal on, and how to listen
+// on the fixture's table.
+func askingListener(t *testing.T) (*fixture, *fakeWaker, chan struct{}, store.ListenConfig) {
+	t.Helper()
+	f := setup(t)
+	cfg, err := pgx.ParseConfig(f.pg.DSN)
+	must(t, err)
+	return f, &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}, make(chan struct{}, 1),
+		store.ListenConfig{Conn: cfg, Table: f.pg.Table}
+}
 
-func (c *countingDue) DueStreams(context.Context) (map[string]bool, error) {
+// countingDue is a DueFinder that counts its questions and finds nothing due; with hang
+// set it answers only when its context ends, as a query on a locked table would.
+type countingDue struct {
+	asked atomic.Int64
+	hang  bool
+}
+
+func (c *countingDue) DueStreams(ctx context.Context) (map[string]bool, error) {
 	c.asked.Add(1)
+	if c.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	return map[string]bool{}, nil
 }
 
@@ -212,5 +223,30 @@ func TestAPrimedSharedPollWaitsItsIntervalBeforeItPollsAgain(t *testing.T) {
 				t.Errorf("asked %d times; want %d", n, tc.want)
 			}
 		})
+	}
+}
+
+// TestAPrimeThatGetsNoAnswerGivesUpAndRunPollsAtOnce: a start waits for Prime, so a
+// first poll that hangs (its table locked by a migration) must not hold the start for
+// the poll's interval, here an hour; Run then polls at once.
+func TestAPrimeThatGetsNoAnswerGivesUpAndRunPollsAtOnce(t *testing.T) {
+	t.Parallel()
+	due := &countingDue{hang: true}
+	p := dispatch.NewPoller(time.Hour, due, nil, nil)
+	primed := make(chan struct{})
+	go func() { p.Prime(context.Background()); close(primed) }()
+	select {
+	case <-primed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Prime still waiting for an answer after 15s, with an hour's poll interval")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = p.Run(ctx); close(done) }()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	<-done
+	if n := due.asked.Load(); n != 2 {
+		t.Errorf("asked %d times; want 2 (Prime, then Run at once)", n)
 	}
 }
