@@ -213,12 +213,7 @@ func TestAPrimedSharedPollWaitsItsIntervalBeforeItPollsAgain(t *testing.T) {
 			if tc.primed {
 				p.Prime(context.Background())
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { _ = p.Run(ctx); close(done) }()
-			time.Sleep(200 * time.Millisecond)
-			cancel()
-			<-done
+			runFor(p, 200*time.Millisecond)
 			if n := due.asked.Load(); n != tc.want {
 				t.Errorf("asked %d times; want %d", n, tc.want)
 			}
@@ -240,13 +235,18 @@ func TestAPrimeThatGetsNoAnswerGivesUpAndRunPollsAtOnce(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Prime still waiting for an answer after 15s, with an hour's poll interval")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = p.Run(ctx); close(done) }()
-	time.Sleep(200 * time.Millisecond)
-	cancel()
-	<-done
+	runFor(p, 200*time.Millisecond)
 	if n := due.asked.Load(); n != 2 {
 		t.Errorf("asked %d times; want 2 (Prime, then Run at once)", n)
 	}
+}
+
+// runFor runs p for d, then stops it and waits for Run to return.
+func runFor(p *dispatch.Poller, d time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = p.Run(ctx); close(done) }()
+	time.Sleep(d)
+	cancel()
+	<-done
 }
