@@ -550,27 +550,30 @@ const (
 	pipelineIdle   = 30 * time.Second
 )
 
-// burstConns is what the busiest stream's burst holds at once: its batches in flight, a
-// claim and a flow lock.
+// streamConns is what one stream's burst holds at once: its batches in flight, a claim
+// and a flow lock.
+func streamConns(s config.Stream) int { return s.Concurrency + 2 }
+
+// burstConns is what the busiest stream's burst holds at once.
 func burstConns(streams map[string]config.Stream) int32 {
 	n := 0
 	for _, s := range streams {
-		n = max(n, s.Concurrency+2)
+		n = max(n, streamConns(s))
 	}
 	return int32(min(n, math.MaxInt32))
 }
 
 // pipelineConns is the bound of the pipelines' pool: database.max_conns when set, else
-// what every stream could use at once (per stream its batches in flight, a claim and a
-// flow lock) but no more than four per CPU and at least 10. Beyond a few connections
-// per core the database serves no more statements a second, it only queues them.
+// what every stream could use at once (streamConns each) but no more than four per CPU
+// and at least 10. Beyond a few connections per core the database serves no more
+// statements a second, it only queues them.
 func pipelineConns(db config.Database, streams map[string]config.Stream) int32 {
 	if db.MaxConns > 0 {
 		return int32(min(db.MaxConns, math.MaxInt32))
 	}
 	want := 0
 	for _, s := range streams {
-		want += s.Concurrency + 2
+		want += streamConns(s)
 	}
 	return int32(max(2, min(want, max(10, 4*runtime.GOMAXPROCS(0)))))
 }
