@@ -181,8 +181,13 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 		cancel()
 		must(t, <-done)
 	}()
-	time.Sleep(100 * time.Millisecond) // for any connection opened in the background
-	if n := sessions() - int(d.pipePool.Stat().TotalConns()); n != 2 {
+	want := int(burstConns(cfg.Streams)) // what the pipelines' pool opens at start
+	for deadline := time.Now().Add(5 * time.Second); d.pipePool.Stat().IdleConns() < int32(want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pipelines' pool holds %d connections 5s after the start; want its burst's %d", d.pipePool.Stat().TotalConns(), want)
+		}
+	}
+	if n := sessions() - want; n != 2 {
 		t.Errorf("%d sessions after the start besides the pipelines' pool; want 2 (the general pool's and the listener's)", n)
 	}
 	during := enqueue("during")
@@ -199,12 +204,6 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 				t.Fatalf("row %d is %s 5s after the dispatcher began; want delivered (poll_interval is an hour)", id, status)
 			}
 			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	want := int(burstConns(cfg.Streams))
-	for deadline := time.Now().Add(5 * time.Second); d.pipePool.Stat().TotalConns() < int32(want); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pipelines' pool holds %d connections 5s after the start; want its burst's %d", d.pipePool.Stat().TotalConns(), want)
 		}
 	}
 }
