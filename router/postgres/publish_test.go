@@ -230,9 +230,9 @@ func TestACancelledPublishReportsCanceledAndAnExpiredTimeoutRetryable(t *testing
 	short := newDriver(t, o)
 	// Both drivers open their connections, with the default publish timeout, before
 	// inserts turn slow: on a loaded machine opening one (or the warm-up's first insert)
-	// can take longer than the 100 ms budgets below, which would then end before the
+	// can take longer than the short budgets below, which would then end before the
 	// insert and be reported as the database unreachable, or fail the warm-up itself.
-	// Only then does the short driver get its 100 ms.
+	// Only then does the short driver get its short budget.
 	for _, drv := range []*Driver{d, short} {
 		for i, err := range drv.Publish(testCtx(t), messages("warm."+suffix(), 2)) {
 			if err != nil {
@@ -240,12 +240,16 @@ func TestACancelledPublishReportsCanceledAndAnExpiredTimeoutRetryable(t *testing
 			}
 		}
 	}
-	short.timeout = 100 * time.Millisecond
+	// A second, not 100 ms: the budget must outlast what comes before the insert is
+	// sent (the pool pings a connection idle over a second, and a loaded CI machine can
+	// stall a goroutine for 100 ms), or it ends before anything reached the database and
+	// is rightly reported as unreachable rather than as an insert left unanswered.
+	short.timeout = time.Second
 	in.exec(t, "DELETE FROM {table}")
 	topic := "slow." + suffix()
 	// A trigger of the consumer's that takes its time.
 	in.exec(t, `CREATE FUNCTION {table}_slow() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`)
+BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$`)
 	in.exec(t, "CREATE TRIGGER slow AFTER INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {table}_slow()")
 	t.Cleanup(func() { in.exec(t, "DROP FUNCTION {table}_slow() CASCADE") })
 
@@ -258,7 +262,7 @@ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`)
 	}
 
 	for i, err := range short.Publish(testCtx(t), messages(topic, 2)) {
-		if err == nil || router.KindOf(err) != router.KindRetryable || !strings.Contains(err.Error(), "no answer within publish_timeout 100ms") {
+		if err == nil || router.KindOf(err) != router.KindRetryable || !strings.Contains(err.Error(), "no answer within publish_timeout 1s") {
 			t.Fatalf("message %d past the publish timeout: %v (%s), want retryable", i, err, router.KindOf(err))
 		}
 	}
