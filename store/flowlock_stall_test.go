@@ -20,8 +20,11 @@ import (
 // tell this apart from a live peer here (the proxy's kernel answers them), so the lock's
 // session must end on the server's own clock; until it does, producers of the stream
 // send no notifications.
-func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *testing.T) {
-	t.Parallel()
+// stallableStore is a store whose sessions reach the test database through a proxy the
+// test can stall, with holders counting the sessions that hold stream orders' flow lock
+// (seen directly, not through the proxy).
+func stallableStore(t *testing.T, ctx context.Context) (s *store.Store, proxy *chaos.Proxy, holders func() int) {
+	t.Helper()
 	pg := testenv.NewPG(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
@@ -30,7 +33,7 @@ func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *te
 	if cfg.ConnConfig.Host == "" || cfg.ConnConfig.Host[0] == '/' {
 		t.Skip("the test database is reached over a Unix socket: no TCP path to stall")
 	}
-	proxy, err := chaos.Listen(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	proxy, err = chaos.Listen(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,18 +44,15 @@ func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *te
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := store.New(pool, pg.Table)
-	if err != nil {
+	if s, err = store.New(pool, pg.Table); err != nil {
 		t.Fatal(err)
 	}
-	holders := func() int {
+	holders = func() int {
 		var n int
 		if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1868724326
 			AND objid = hashtext($1)::oid AND mode = 'ExclusiveLock' AND granted`, pg.Table.FlowLockKey("orders")).Scan(&n); err != nil {
@@ -60,6 +60,14 @@ func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *te
 		}
 		return n
 	}
+	return s, proxy, holders
+}
+
+func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, proxy, holders := stallableStore(t, ctx)
 
 	lock, err := s.TryFlow(ctx, "orders")
 	if err != nil || lock == nil {
@@ -78,6 +86,57 @@ func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *te
 	for holders() != 0 {
 		if time.Since(start) > bound {
 			t.Fatalf("the flow lock of a holder whose path stalled is still held after %v", bound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("released %v after the stall", time.Since(start).Round(10*time.Millisecond))
+}
+
+// TestAFlowLockWhosePathStallsAsItIsGrantedIsReleasedByTheServerWithinSeconds stalls the
+// holder's path at the moment the server grants the lock, before the holder has heard
+// so: the lock must already carry its idle limit. Every message of the proxy waits 50 ms
+// each way, so a limit sent after the lock's answer came back would be held by the
+// stall, and the server would keep the lock for as long as the path stays silent (the
+// chaos suite's flowing-replica-stalled caught that window).
+func TestAFlowLockWhosePathStallsAsItIsGrantedIsReleasedByTheServerWithinSeconds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, proxy, holders := stallableStore(t, ctx)
+	if err := s.Ping(ctx); err != nil { // the pool's connection, opened before the delay
+		t.Fatal(err)
+	}
+	proxy.Delay(50 * time.Millisecond)
+	type taken struct {
+		lock *store.Lock
+		err  error
+	}
+	got := make(chan taken, 1)
+	tryCtx, tryCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer tryCancel()
+	go func() {
+		l, err := s.TryFlow(tryCtx, "orders")
+		got <- taken{l, err}
+	}()
+	for holders() == 0 {
+		select {
+		case r := <-got:
+			t.Fatalf("TryFlow returned before the lock was seen granted: %v, %v", r.lock, r.err)
+		default:
+		}
+	}
+	proxy.Stall()
+	start := time.Now()
+	t.Cleanup(func() {
+		proxy.Restore()
+		if r := <-got; r.lock != nil {
+			r.lock.Release(ctx)
+		}
+	})
+	bound := 2 * store.FlowLockIdle
+	for holders() != 0 {
+		if time.Since(start) > bound {
+			t.Fatalf("a flow lock whose holder's path stalled as it was granted is still held after %v", bound)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -85,15 +85,30 @@ func (s *Store) TryFlow(ctx context.Context, stream string) (*Lock, error) {
 // tryLock takes an advisory lock; idle > 0 makes the server end the lock's session after
 // that long without a statement (idle_session_timeout, PostgreSQL 14 and later; older
 // servers keep the lock until the session ends otherwise), and starts a heartbeat.
+//
+// The lock and its idle limit are taken by one statement: set by a second, a path that
+// stalled between the two (the lock granted, the limit not yet heard) left the server
+// holding a lock without a limit for as long as the path stayed silent, every
+// notification of the stream withheld meanwhile.
 func (s *Store) tryLock(ctx context.Context, class int32, key string, idle time.Duration) (*Lock, error) {
 	conn, err := s.sessions.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var limit *string // NULL: no idle limit
+	if idle > 0 {
+		limit = new(fmt.Sprint(idle.Milliseconds()))
+	}
 	var got bool
 	var before *string // NULL where the server has no idle_session_timeout
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2)), current_setting('idle_session_timeout', true)`,
-		class, key).Scan(&got, &before); err != nil {
+	// OFFSET 0 keeps the subquery whole, so the setting is read before it is changed
+	// and changed only once the lock is granted.
+	if err := conn.QueryRow(ctx, `SELECT l.got, l.before,
+			CASE WHEN l.got AND l.before IS NOT NULL AND $3::text IS NOT NULL
+				THEN set_config('idle_session_timeout', $3, false) END
+		FROM (SELECT pg_try_advisory_lock($1, hashtext($2)) AS got,
+			current_setting('idle_session_timeout', true) AS before OFFSET 0) l`,
+		class, key, limit).Scan(&got, &before, nil); err != nil {
 		conn.Release()
 		return nil, err
 	}
@@ -102,12 +117,8 @@ func (s *Store) tryLock(ctx context.Context, class int32, key string, idle time.
 		return nil, nil
 	}
 	l := &Lock{conn: conn, class: class, key: key}
-	if idle <= 0 || before == nil {
+	if limit == nil || before == nil {
 		return l, nil
-	}
-	if _, err := conn.Exec(ctx, `SELECT set_config('idle_session_timeout', $1, false)`, fmt.Sprint(idle.Milliseconds())); err != nil {
-		l.Release(ctx)
-		return nil, err
 	}
 	l.idleBefore = *before
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
