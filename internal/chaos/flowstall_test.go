@@ -41,6 +41,7 @@ func flowingReplicaStalled() scenario {
 		stalled  *replica
 		streams  []string      // the streams whose flow lock it held when stalled
 		released time.Duration // from the stall until the server freed its flow locks; 0: held throughout
+		holders  string        // the holding sessions as the server saw them at the stall's end, if still held
 		late     []int64       // rows leased to the stalled replica just after its path came back
 	)
 	return scenario{
@@ -76,6 +77,11 @@ func flowingReplicaStalled() scenario {
 			}
 			if rest := stall - time.Since(w.faultStart); rest > 0 {
 				if err := w.hold(rest); err != nil {
+					return err
+				}
+			}
+			if released == 0 {
+				if holders, err = w.flowSessions(stalled.id); err != nil {
 					return err
 				}
 			}
@@ -121,7 +127,7 @@ func flowingReplicaStalled() scenario {
 					lat.max.Round(10*time.Millisecond), flowStallBound))
 			}
 			if released == 0 {
-				errs = append(errs, fmt.Errorf("%s's flow lock outlived its %s stall", stalled.id, stall))
+				errs = append(errs, fmt.Errorf("%s's flow lock outlived its %s stall; its sessions: %s", stalled.id, stall, holders))
 			}
 			return errors.Join(errs...)
 		},
@@ -225,4 +231,33 @@ func (w *world) deliveryLatency(from, to time.Time, except []int64) (latency, er
 		Scan(&l.committed, &l.delivered, &l.excluded, &maxS, &p99S)
 	l.max, l.p99 = time.Duration(maxS*float64(time.Second)), time.Duration(p99S*float64(time.Second))
 	return l, err
+}
+
+// flowSessions describes the sessions of replica id that hold a flow lock as the server
+// sees them: state, how long in it, the idle limit the lock should have set (shown only
+// by the session itself, so read from the last statement), and that last statement.
+func (w *world) flowSessions(id string) (string, error) {
+	rows, err := w.pool.Query(w.ctx, `SELECT a.pid, a.state, round(extract(epoch FROM now() - a.state_change)::numeric, 1),
+			coalesce(a.wait_event, ''), a.query
+		FROM pg_stat_activity a
+		WHERE a.application_name = $1 AND a.datname = current_database()
+		  AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted AND l.classid = $2)`,
+		id, flowLockClass)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var (
+			pid            int32
+			state, wait, q string
+			since          float64
+		)
+		if err := rows.Scan(&pid, &state, &since, &wait, &q); err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("pid %d %s for %.1fs (wait %q), last statement %q", pid, state, since, wait, q))
+	}
+	return strings.Join(out, "; "), rows.Err()
 }
