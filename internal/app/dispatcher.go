@@ -100,7 +100,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, err
 	}
 	early := opt.early
-	if early == nil && cfg.Database.ListenURL != "" {
+	if early == nil && listensApart(cfg) {
 		early = listenEarly(ctx, listen)
 	}
 	defer func() {
@@ -172,7 +172,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	}
 	// LISTEN before the first poll (below), which so finds every row committed before.
 	earlyPolled := false
-	if early == nil && cfg.Database.ListenURL == "" && !behind {
+	if early == nil && !listensApart(cfg) && !behind {
 		early = start.listen(ctx, n)
 		earlyPolled = early != nil
 	}
@@ -446,6 +446,11 @@ func listenConfig(cfg *config.Config) (store.ListenConfig, error) {
 	deadPeers(&c.Config, cfg.Database)
 	return store.ListenConfig{Conn: c, Table: cfg.Table()}, nil
 }
+
+// listensApart reports whether the listener has a connection string of its own
+// (database.listen_url): its connection then begins to open beside the start's two
+// (listenEarly); otherwise, unless behind a pooler, it takes the second of those.
+func listensApart(cfg *config.Config) bool { return cfg.Database.ListenURL != "" }
 
 // listenEarly begins to open the listening connection to database.listen_url, so that
 // readiness does not wait for one more connection after the rest (the pooler probe and

@@ -112,7 +112,7 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 	opt := o.options(migrate, tp, tracingOn)
 	// A listening connection to database.listen_url begins to open now, with the two
 	// that wait for the database; without it, the listener takes one of the two.
-	if o.cfg.Database.ListenURL != "" {
+	if listensApart(o.cfg) {
 		if listen, err := listenConfig(o.cfg); err == nil {
 			opt.early = listenEarly(ctx, listen)
 		}
