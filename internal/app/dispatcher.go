@@ -141,7 +141,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	serverSettings(poolConfig, cfg.Database, behind)
 	pipeConfig := pipelineSessions(poolConfig, cfg.Database, cfg.Streams, behind)
 	d.pool = start.adopt()
-	if d.pipePool, err = pgxpool.NewWithConfig(ctx, pipeConfig); err != nil {
+	if d.pipePool, err = pgxpool.NewWithConfig(skipFirstFill(ctx, pipeConfig), pipeConfig); err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	opts := append(StoreOptions(cfg.Janitor), TTLOptions(cfg.Streams)...)
