@@ -57,6 +57,15 @@ func (p *Poller) Prime(ctx context.Context) {
 	p.primed = p.poll(ctx) == nil
 }
 
+// PrimeWith is Prime with the first poll's answer asked elsewhere (the dispatcher's
+// start asks it on the listener's connection, after its LISTEN, beside the schema
+// check): it wakes the pipelines due in due, or every one when err is set, in which
+// case Run polls at once.
+func (p *Poller) PrimeWith(due map[string]bool, err error) {
+	p.wake(due, err)
+	p.primed = err == nil
+}
+
 // primeTimeout bounds Prime.
 const primeTimeout = 5 * time.Second
 
@@ -92,11 +101,16 @@ func (p *Poller) poll(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(p.interval, 5*time.Second))
 	defer cancel()
 	due, err := p.store.DueStreams(ctx)
+	p.wake(due, err)
+	return err
+}
+
+// wake wakes the pipelines whose streams are due in due, every one when err is set.
+func (p *Poller) wake(due map[string]bool, err error) {
 	for _, pl := range p.pipelines {
 		now, pending := due[pl.cfg.Stream]
 		if err != nil || now || (pending && p.store.TTL(pl.cfg.Stream) > 0) {
 			pl.wakeUp()
 		}
 	}
-	return err
 }

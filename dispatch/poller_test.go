@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -200,19 +201,22 @@ func (c *countingDue) TTL(string) time.Duration { return 0 }
 func TestAPrimedSharedPollWaitsItsIntervalBeforeItPollsAgain(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		primed bool
-		want   int64
+		name  string
+		prime func(*dispatch.Poller)
+		want  int64
 	}{
-		{"a primed poll asks once before Run and not again within its interval", true, 1},
-		{"an unprimed poll asks as soon as it runs", false, 1},
+		{"a primed poll asks once before Run and not again within its interval",
+			func(p *dispatch.Poller) { p.Prime(context.Background()) }, 1},
+		{"an unprimed poll asks as soon as it runs", func(*dispatch.Poller) {}, 1},
+		{"a poll primed with an answer asked elsewhere does not ask within its interval",
+			func(p *dispatch.Poller) { p.PrimeWith(map[string]bool{}, nil) }, 0},
+		{"a poll primed with a failed answer asks as soon as it runs",
+			func(p *dispatch.Poller) { p.PrimeWith(nil, errors.New("no answer")) }, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			due := &countingDue{}
 			p := dispatch.NewPoller(time.Hour, due, nil, nil)
-			if tc.primed {
-				p.Prime(context.Background())
-			}
+			tc.prime(p)
 			runFor(p, 200*time.Millisecond)
 			if n := due.asked.Load(); n != tc.want {
 				t.Errorf("asked %d times; want %d", n, tc.want)

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // dueSQL finds, in one statement for the whole table, the streams that have pending
@@ -35,7 +37,18 @@ FROM pending`
 // DueStreams names every stream with pending rows, true for those with a row to claim
 // or to expire now: what the dispatcher's shared poll wakes pipelines for.
 func (s *Store) DueStreams(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.pool.Query(ctx, s.sql.due)
+	return s.dueStreams(ctx, s.pool)
+}
+
+// DueStreamsOn is DueStreams asked on conn, a connection of the caller's outside any
+// pool (at start, the listener's, between its LISTEN and its first wait), with the
+// simple protocol: one round trip, and nothing prepared on a session that asks once.
+func (s *Store) DueStreamsOn(ctx context.Context, conn *pgx.Conn) (map[string]bool, error) {
+	return s.dueStreams(ctx, conn, pgx.QueryExecModeSimpleProtocol)
+}
+
+func (s *Store) dueStreams(ctx context.Context, q querier, args ...any) (map[string]bool, error) {
+	rows, err := q.Query(ctx, s.sql.due, args...)
 	if err != nil {
 		return nil, fmt.Errorf("due streams in %s: %w", s.table, err)
 	}

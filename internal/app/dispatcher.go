@@ -157,25 +157,34 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if d.pipeStore, err = store.New(d.pipePool, n, opts...); err != nil {
 		return nil, err
 	}
+	// LISTEN before the first poll, which so finds every row committed before: on the
+	// second start connection when the listener would open one like it, where the first
+	// poll is then asked too, beside the schema check on the first.
+	var firstPoll <-chan listened
+	if early == nil && !listensApart(cfg) && !behind {
+		start.decide(behind)
+		firstPoll = start.listenAndPoll(ctx, n, d.store)
+	}
 	// The schema is checked on the first start connection, with the simple protocol (a
 	// transaction pooler forwards it); then it goes back into the general pool, where
-	// /readyz, the shared poll and the janitor find it open, and the second too unless
-	// the listener takes it.
+	// /readyz and the janitor find it open, and the second too unless the listener
+	// took it.
 	err = checkSchema(ctx, n, cfg.SessionURL(), func(ctx context.Context) (uint, bool, error) {
 		return d.store.SchemaVersionOn(ctx, start.first.Conn())
 	})
 	if err == nil {
 		err = start.settle(ctx, behind)
 	}
+	var first listened
+	if firstPoll != nil {
+		first = <-firstPoll
+		early = first.early // closed by the deferred closeEarly if the start fails
+		err = errors.Join(err, first.err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	// LISTEN before the first poll (below), which so finds every row committed before.
-	earlyPolled := false
-	if early == nil && !listensApart(cfg) && !behind {
-		early = start.listen(ctx, n)
-		earlyPolled = early != nil
-	}
+	earlyPolled := early != nil && firstPoll != nil
 	start.release()
 	if cfg.Janitor.Partitions.Enabled {
 		partitioned, err := d.store.Partitioned(ctx)
@@ -287,7 +296,11 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if opt.Subscribe != nil {
 		opt.Subscribe(d.bus)
 	}
-	d.poller.Prime(ctx)
+	if earlyPolled {
+		d.poller.PrimeWith(first.due, first.dueErr)
+	} else {
+		d.poller.Prime(ctx)
+	}
 	return d, nil
 }
 

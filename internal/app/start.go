@@ -45,6 +45,8 @@ type startConns struct {
 	// direct are the settings a connection to PostgreSQL itself asks for that
 	// database_url does not set already.
 	direct  map[string]string
+	decided bool // decide has run
+	unset   bool // the two lack direct's settings (settleConn)
 	adopted bool
 }
 
@@ -105,23 +107,34 @@ func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
 	return s, nil
 }
 
-// settle sets the pool's next connections by what the probe found, and the two it
-// holds to match: directly, the settings the others ask for at their start, in one
-// statement each; behind a pooler it closes the two, which would prepare statements on
-// a server session the next transaction may not get.
-func (s *startConns) settle(ctx context.Context, behind bool) error {
+// decide records what the probe found (behind says a transaction pooler): the pool's
+// next connections are set by it, and the two it holds are made to match, directly by
+// settleConn, the settings the others ask for at their start; behind a pooler it closes
+// the two, which would prepare statements on a server session the next transaction may
+// not get. Only the first call counts.
+func (s *startConns) decide(behind bool) {
+	if s.decided {
+		return
+	}
+	s.decided = true
 	if s.mode.Load() != modeUnknown {
-		return nil // set from the start: database.pooler is not auto
+		return // set from the start (database.pooler is not auto): the two were set too
 	}
 	if behind {
 		s.mode.Store(modeBehind)
 		for _, c := range []*pgxpool.Conn{s.first, s.second} {
 			closeConn(c.Conn()) // a closed connection leaves the pool at release
 		}
-		return nil
+		return
 	}
 	s.mode.Store(modeDirect)
-	if len(s.direct) == 0 {
+	s.unset = len(s.direct) > 0
+}
+
+// settleConn gives c, one of the two, the settings of a direct session that it lacks,
+// in one statement; call it after decide.
+func (s *startConns) settleConn(ctx context.Context, c *pgx.Conn) error {
+	if !s.unset {
 		return nil
 	}
 	sql, args := "SELECT", []any{pgx.QueryExecModeSimpleProtocol}
@@ -132,17 +145,30 @@ func (s *startConns) settle(ctx context.Context, behind bool) error {
 		sql += fmt.Sprintf(" set_config($%d, $%d, false)", len(args), len(args)+1)
 		args = append(args, k, v)
 	}
-	errs := make(chan error, 2)
-	for _, c := range []*pgxpool.Conn{s.first, s.second} {
-		go func() {
-			_, err := c.Exec(ctx, sql, args...)
-			errs <- err
-		}()
-	}
-	if err := errors.Join(<-errs, <-errs); err != nil {
+	if _, err := c.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("connect to database: set the session: %w", err)
 	}
 	return nil
+}
+
+// settle decides, then settles the connections of the two still held, at once.
+func (s *startConns) settle(ctx context.Context, behind bool) error {
+	s.decide(behind)
+	var held []*pgxpool.Conn
+	for _, c := range []*pgxpool.Conn{s.first, s.second} {
+		if c != nil && !c.Conn().IsClosed() {
+			held = append(held, c)
+		}
+	}
+	errs := make(chan error, len(held))
+	for _, c := range held {
+		go func() { errs <- s.settleConn(ctx, c.Conn()) }()
+	}
+	var all []error
+	for range held {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
 
 // adopt hands the pool to the dispatcher, which closes it from then on; the two
@@ -152,22 +178,53 @@ func (s *startConns) adopt() *pgxpool.Pool {
 	return s.pool
 }
 
-// listen makes the second connection the listener's: it leaves the pool and LISTENs on
-// t's channel, so that readiness waits for two handshakes rather than three. It returns
-// the listening connection as ListenerConfig.Early takes it, or nil when LISTEN failed
-// (the listener then opens its own). Call it only for a direct session on the URL the
-// listener would use (database_url, no database.listen_url), once settle has run.
-func (s *startConns) listen(ctx context.Context, t table.Name) chan *store.Notifications {
+// listened is what listenAndPoll did with the second connection.
+type listened struct {
+	// early is the listening connection as ListenerConfig.Early takes it; nil when
+	// LISTEN failed (the listener then opens its own, and Prime asks the first poll).
+	early chan *store.Notifications
+	// due and dueErr are the shared poll's first answer, asked after the LISTEN.
+	due    map[string]bool
+	dueErr error
+	err    error // the session could not be set: the start fails
+}
+
+// listenAndPoll makes the second connection the listener's, so that readiness waits
+// for two handshakes rather than three, and asks the shared poll's first question on
+// it: it settles the connection, LISTENs on t's channel and then asks, before the
+// listener ever waits, so that a row committed before the LISTEN is in the answer and
+// one committed after it notifies. It runs beside the schema check on the first
+// connection and answers on the channel. Call it only for a direct session on the URL
+// the listener would use (database_url, no database.listen_url), after decide.
+func (s *startConns) listenAndPoll(ctx context.Context, t table.Name, st *store.Store) <-chan listened {
 	conn := s.second.Hijack()
 	s.second = nil
-	n, err := store.ListenOn(ctx, conn, t)
-	if err != nil {
-		return nil
-	}
-	early := make(chan *store.Notifications, 1)
-	early <- n
-	return early
+	out := make(chan listened, 1)
+	go func() {
+		if err := s.settleConn(ctx, conn); err != nil {
+			closeConn(conn)
+			out <- listened{err: err}
+			return
+		}
+		n, err := store.ListenOn(ctx, conn, t)
+		if err != nil {
+			out <- listened{}
+			return
+		}
+		var l listened
+		pctx, cancel := context.WithTimeout(ctx, firstPollTimeout)
+		l.due, l.dueErr = st.DueStreamsOn(pctx, conn)
+		cancel()
+		l.early = make(chan *store.Notifications, 1)
+		l.early <- n
+		out <- l
+	}()
+	return out
 }
+
+// firstPollTimeout bounds the first poll asked at start, as Prime bounds its own: a
+// start waits for it.
+const firstPollTimeout = 5 * time.Second
 
 // release puts the two connections back into the pool.
 func (s *startConns) release() {

@@ -149,8 +149,9 @@ func TestBehindPgBouncerTheGeneralPoolPreparesNoStatement(t *testing.T) {
 // the second start connection becomes the listener's, and the pipelines' pool opens its
 // burst's connections once the start is over. Every connection is a server process
 // forked for it, and on two cores the handshakes at once were most of exec → ready. A
-// row committed before the first poll is still claimed at once, though the listener's
-// connection does not ask for a poll of its own.
+// row committed before the start is claimed at once on the first poll's answer (asked
+// on the listener's connection after its LISTEN), though that connection asks for no
+// poll of its own, and a row committed between the start and Run on its notification.
 func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 	t.Parallel()
 	pg := testenv.NewPG(t)
@@ -159,6 +160,9 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 	s := cfg.Streams["s"]
 	s.PollInterval = time.Hour // a claim now can only come of the first poll or a notification
 	cfg.Streams["s"] = s
+	// A second stream for the row committed after the start: its notification wakes
+	// its own pipeline only, so the row committed before is left to the first poll.
+	cfg.Streams["u"] = s
 	sessions := func() int {
 		t.Helper()
 		var n int
@@ -166,14 +170,14 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))
 		return n
 	}
-	enqueue := func(key string) int64 {
+	enqueue := func(stream string) int64 {
 		t.Helper()
 		var id int64
 		must(t, pg.Pool.QueryRow(t.Context(), `INSERT INTO `+pg.Table.String()+
-			` (stream, topic, key, payload) VALUES ('s', 'orders', $1, '{}') RETURNING id`, key).Scan(&id))
+			` (stream, topic, key, payload) VALUES ($1, 'orders', 'k', '{}') RETURNING id`, stream).Scan(&id))
 		return id
 	}
-	before := enqueue("before")
+	before := enqueue("s")
 	d, err := NewDispatcher(t.Context(), cfg, slog.New(slog.DiscardHandler), Options{})
 	must(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -186,7 +190,7 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 	if n := sessions(); n != 2 {
 		t.Errorf("%d sessions after the start; want 2 (the general pool's and the listener's)", n)
 	}
-	during := enqueue("during")
+	during := enqueue("u")
 	go func() { done <- d.Run(ctx) }()
 	for _, id := range []int64{before, during} {
 		deadline := time.Now().Add(5 * time.Second)
