@@ -26,6 +26,12 @@ const poolerRounds = 5
 // server sessions every round, one busy with other clients: database.pooler says so
 // without asking. Session pooling, which keeps a client's session, is not reported.
 //
+// The first round can settle it sooner: the process id PostgreSQL announces as a session
+// begins (in its cancellation key) is the session's own, while a pooler announces a key of
+// its own making, since it must route a client's cancel requests to whichever server
+// session serves it at the time. When both connections' first answers are the processes
+// that began them, no pooler stands between, and the remaining rounds are not asked.
+//
 // The probe's own statements use the simple protocol, which every pooler forwards.
 func BehindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
 	var conns [2]*pgx.Conn
@@ -61,7 +67,7 @@ func BehindPoolerOn(ctx context.Context, first, second *pgx.Conn) (bool, error) 
 		err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&p)
 		return p, err
 	}
-	for range poolerRounds {
+	for round := range poolerRounds {
 		a, err := pid(first)
 		if err != nil {
 			return false, fmt.Errorf("probe for a pooler: %w", err)
@@ -72,6 +78,9 @@ func BehindPoolerOn(ctx context.Context, first, second *pgx.Conn) (bool, error) 
 		}
 		if a == b {
 			return true, nil
+		}
+		if round == 0 && uint32(a) == first.PgConn().PID() && uint32(b) == second.PgConn().PID() {
+			return false, nil // each is the server process that began it: no pooler between
 		}
 		first, second = second, first
 	}

@@ -143,3 +143,37 @@ func TestSessionLocksGoToTheDirectPoolBehindATransactionPooler(t *testing.T) {
 	}
 	again.Release(ctx)
 }
+
+// TestPostgreSQLAnnouncesTheSessionsOwnProcessAndPgBouncerOneOfItsOwn holds the premise
+// of the pooler probe's first-round answer: a session's announced process id (its
+// cancellation key) is the server process that serves it on PostgreSQL itself, and is
+// not through a transaction pooler, which makes up keys of its own.
+func TestPostgreSQLAnnouncesTheSessionsOwnProcessAndPgBouncerOneOfItsOwn(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	b := testenv.NewPgBouncer(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name, dsn string
+		same      bool
+	}{
+		{"directly", pg.DSN, true},
+		{"through PgBouncer", b.DSN(t, pg.DSN), false},
+	} {
+		conn, err := pgx.Connect(ctx, tc.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid int32
+		err = conn.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&pid)
+		announced := conn.PgConn().PID()
+		_ = conn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same := uint32(pid) == announced; same != tc.same {
+			t.Errorf("%s: announced process %d, served by %d; want them the same: %v", tc.name, announced, pid, tc.same)
+		}
+	}
+}
