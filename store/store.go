@@ -503,8 +503,10 @@ func errorText(s string) string {
 
 // SchemaVersion reads the migration version golang-migrate recorded for this table:
 // 0 when no migration ran. It only reads, so a role without DDL rights can check it.
+// It uses the simple protocol: /readyz asks it, and the first /readyz after a start
+// comes on a connection that has prepared neither of its two statements.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	return s.schemaVersion(ctx, s.pool)
+	return s.schemaVersion(ctx, simpleProtocol{s.pool})
 }
 
 // SchemaVersionOn is SchemaVersion asked on conn, an open connection to the store's
@@ -519,11 +521,11 @@ type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// simpleProtocol asks on a connection with the simple protocol.
-type simpleProtocol struct{ conn *pgx.Conn }
+// simpleProtocol asks on a connection or a pool with the simple protocol.
+type simpleProtocol struct{ q rowQuerier }
 
 func (q simpleProtocol) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return q.conn.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	return q.q.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
 }
 
 func (s *Store) schemaVersion(ctx context.Context, q rowQuerier) (version uint, dirty bool, err error) {
