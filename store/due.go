@@ -40,11 +40,20 @@ func (s *Store) DueStreams(ctx context.Context) (map[string]bool, error) {
 	return s.dueStreams(ctx, s.pool)
 }
 
-// DueStreamsOn is DueStreams asked on conn, a connection of the caller's outside any
-// pool (at start, the listener's, between its LISTEN and its first wait), with the
-// simple protocol: one round trip, and nothing prepared on a session that asks once.
-func (s *Store) DueStreamsOn(ctx context.Context, conn *pgx.Conn) (map[string]bool, error) {
-	return s.dueStreams(ctx, conn, pgx.QueryExecModeSimpleProtocol)
+// DueStreamsOn is DueStreams asked on n's connection, between its LISTEN and its first
+// wait (at start, the shared poll's first question), with the simple protocol: one
+// round trip, and nothing prepared on a session that asks once. It then LISTENs again
+// (a no-op for the server), so that the session's last statement, which
+// pg_stat_activity shows, is its LISTEN, as on every listening session.
+func (s *Store) DueStreamsOn(ctx context.Context, n *Notifications) (map[string]bool, error) {
+	due, err := s.dueStreams(ctx, n.conn, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := n.conn.Exec(ctx, "LISTEN "+s.table.ListenChannel(), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", s.table.Channel(), err)
+	}
+	return due, nil
 }
 
 func (s *Store) dueStreams(ctx context.Context, q querier, args ...any) (map[string]bool, error) {

@@ -213,7 +213,7 @@ func (s *startConns) listenAndPoll(ctx context.Context, t table.Name, st *store.
 		}
 		var l listened
 		pctx, cancel := context.WithTimeout(ctx, firstPollTimeout)
-		l.due, l.dueErr = st.DueStreamsOn(pctx, conn)
+		l.due, l.dueErr = st.DueStreamsOn(pctx, n)
 		cancel()
 		l.early = make(chan *store.Notifications, 1)
 		l.early <- n
