@@ -29,6 +29,8 @@ type Poller struct {
 	log       *slog.Logger
 	kick      chan struct{}
 	primed    bool
+	primeWoke bool // the poll Prime or PrimeWith applied woke a pipeline
+	woke      int  // pipelines the last poll woke (one poll at a time: Prime, then Run)
 }
 
 // NewPoller builds the shared poll of pipelines, run every interval.
@@ -54,7 +56,8 @@ func (p *Poller) Kick() {
 func (p *Poller) Prime(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, primeTimeout)
 	defer cancel()
-	p.primed = p.poll(ctx) == nil
+	err := p.poll(ctx)
+	p.primed, p.primeWoke = err == nil, p.woke > 0
 }
 
 // PrimeWith is Prime with the first poll's answer asked elsewhere (the dispatcher's
@@ -63,8 +66,12 @@ func (p *Poller) Prime(ctx context.Context) {
 // case Run polls at once.
 func (p *Poller) PrimeWith(due map[string]bool, err error) {
 	p.wake(due, err)
-	p.primed = err == nil
+	p.primed, p.primeWoke = err == nil, p.woke > 0
 }
+
+// PrimeWoke reports whether the first poll, applied by Prime or PrimeWith, woke a
+// pipeline: the start met messages to deliver (or could not tell).
+func (p *Poller) PrimeWoke() bool { return p.primeWoke }
 
 // primeTimeout bounds Prime.
 const primeTimeout = 5 * time.Second
@@ -105,12 +112,15 @@ func (p *Poller) poll(ctx context.Context) error {
 	return err
 }
 
-// wake wakes the pipelines whose streams are due in due, every one when err is set.
+// wake wakes the pipelines whose streams are due in due, every one when err is set,
+// and counts them in p.woke.
 func (p *Poller) wake(due map[string]bool, err error) {
+	p.woke = 0
 	for _, pl := range p.pipelines {
 		now, pending := due[pl.cfg.Stream]
 		if err != nil || now || (pending && p.store.TTL(pl.cfg.Stream) > 0) {
 			pl.wakeUp()
+			p.woke++
 		}
 	}
 }

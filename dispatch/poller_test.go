@@ -254,3 +254,37 @@ func runFor(p *dispatch.Poller, d time.Duration) {
 	cancel()
 	<-done
 }
+
+// TestAFirstPollSaysWhetherTheStartMetMessagesToDeliver: outboxd lets go of its start's
+// pages at once only when the start met messages (startpages.go); PrimeWoke tells it.
+func TestAFirstPollSaysWhetherTheStartMetMessagesToDeliver(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	pub := newFakePublisher(func(context.Context, router.Message) error { return nil })
+	var pipes []*dispatch.Pipeline
+	for _, s := range []string{"a", "b"} {
+		pipes = append(pipes, pipeline(t, f, dispatch.PipelineConfig{Stream: s, Polled: true}, pub, nil))
+	}
+	for _, tc := range []struct {
+		name  string
+		prime func(*dispatch.Poller)
+		want  bool
+	}{
+		{"an empty table wakes nothing", func(p *dispatch.Poller) { p.Prime(f.ctx) }, false},
+		{"a message of one stream wakes its pipeline", func(p *dispatch.Poller) {
+			f.insert(t, "a", 1)
+			p.Prime(f.ctx)
+		}, true},
+		{"an answer asked elsewhere counts the same", func(p *dispatch.Poller) { p.PrimeWith(map[string]bool{"b": true}, nil) }, true},
+		{"an answer naming only pending rows not yet due wakes nothing", func(p *dispatch.Poller) {
+			p.PrimeWith(map[string]bool{"b": false}, nil)
+		}, false},
+		{"a failed answer wakes every pipeline", func(p *dispatch.Poller) { p.PrimeWith(nil, errors.New("no answer")) }, true},
+	} {
+		p := dispatch.NewPoller(time.Hour, f.store, pipes, nil)
+		tc.prime(p)
+		if got := p.PrimeWoke(); got != tc.want {
+			t.Errorf("%s: PrimeWoke %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -102,7 +102,7 @@ func (o *outbox) options(migrate bool, tp trace.TracerProvider, tracingOn bool) 
 // run waits for the outbox's database, builds its dispatcher and runs it until ctx
 // ends. connected is called once the dispatcher serves. An error names the outbox when
 // the process serves several.
-func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider, tracingOn bool, connected func()) error {
+func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider, tracingOn bool, connected func(backlog bool)) error {
 	wrap := func(err error) error {
 		if err == nil || !o.multi {
 			return err
@@ -132,7 +132,7 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 	o.metrics.ObserveListener(d.listener)
 	o.metrics.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers", "failure-log"}, d.busSubscribers...)...)
 	o.disp.Store(d)
-	connected()
+	connected(d.poller.PrimeWoke())
 	o.log.Info("dispatching", "streams", len(d.pipelines), "table", o.cfg.Table().String())
 	return wrap(d.Run(ctx))
 }

@@ -66,14 +66,18 @@ func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	var dispatching atomic.Int32
+	var backlog atomic.Bool
 	for _, ob := range outboxes {
 		g.Go(func() error {
-			return ob.run(gctx, o.Migrate, tp, cfg.Tracing.Enabled, func() {
+			return ob.run(gctx, o.Migrate, tp, cfg.Tracing.Enabled, func(met bool) {
 				adm.serve(cfg, metricsHandler, logger)
+				if met {
+					backlog.Store(true)
+				}
 				if int(dispatching.Add(1)) == len(outboxes) {
 					// Every outbox has started: what the start alone touched of the
 					// executable need not stay resident (startpages.go).
-					go releaseStartPagesAfter(gctx, startSettle, logger)
+					go releaseStartPagesAfter(gctx, startSettle, backlog.Load(), logger)
 				}
 			})
 		})
