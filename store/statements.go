@@ -11,7 +11,7 @@ import (
 type statements struct {
 	claim, ack, ackAgain, release, retry, deferral, fail string
 	claimOrderedFirst, claimOrderedAfter                 string
-	versionTableExists, schemaVersion                    string
+	schemaVersion                                        string
 	reclaim, purge, backlog, backlogSample               string
 	expire, purgeExpired                                 string
 	due                                                  string
@@ -47,7 +47,6 @@ func newStatements(n table.Name) statements {
 		heldDefer: render(held(deferSQL), n),
 		heldFail:  render(held(failSQL), n),
 
-		versionTableExists: `SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL`,
 		schemaVersion: `SELECT version, dirty FROM ` + n.QualifiedMigrationsTable() +
 			` LIMIT 1`,
 	}

@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -529,19 +530,18 @@ func (q simpleProtocol) QueryRow(ctx context.Context, sql string, args ...any) p
 }
 
 func (s *Store) schemaVersion(ctx context.Context, q rowQuerier) (version uint, dirty bool, err error) {
-	var exists bool
-	if err := q.QueryRow(ctx, s.sql.versionTableExists, s.table.Schema, s.table.MigrationsTable()).Scan(&exists); err != nil {
-		return 0, false, fmt.Errorf("read schema version of %s: %w", s.table, err)
-	}
-	if !exists {
-		return 0, false, nil
-	}
+	// The table is read at once, not first looked up in the catalog: a missing one (or
+	// its schema) is an error that answers as well, and the start and every /readyz
+	// save a statement.
 	var v int64
 	err = q.QueryRow(ctx, s.sql.schemaVersion).Scan(&v, &dirty)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var pg *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return 0, false, nil
-	}
-	if err != nil {
+	case errors.As(err, &pg) && pg.Code == "42P01": // undefined_table, also when its schema is missing
+		return 0, false, nil
+	case err != nil:
 		return 0, false, fmt.Errorf("read schema version of %s: %w", s.table, err)
 	}
 	return uint(v), dirty, nil

@@ -489,6 +489,13 @@ func TestSchemaVersionReadsWhatMigrationsRecorded(t *testing.T) {
 	if v, _, err := other.SchemaVersion(f.ctx); err != nil || v != 0 {
 		t.Fatalf("unmigrated table: version %d err %v; want 0", v, err)
 	}
+	nowhere, err := store.New(f.pg.Pool, table.Name{Schema: f.pg.Table.Schema + "_never_created", Table: "messages"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := nowhere.SchemaVersion(f.ctx); err != nil || v != 0 {
+		t.Fatalf("a table in a schema that does not exist: version %d err %v; want 0", v, err)
+	}
 }
 
 func TestAckByDeleteRemovesOnlyRowsStillLeasedUnderTheToken(t *testing.T) {
