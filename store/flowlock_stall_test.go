@@ -81,11 +81,18 @@ func TestAFlowLockWhoseHoldersPathStallsIsReleasedByTheServerWithinSeconds(t *te
 		t.Fatalf("a healthy holder's flow lock: %d holders after %v; want 1", n, 2*store.FlowLockIdle)
 	}
 	proxy.Stall()
+	awaitReleased(t, holders, "the flow lock of a holder whose path stalled")
+}
+
+// awaitReleased fails t unless holders reaches 0 within twice the flow lock's idle limit
+// of now, the stall's start; what names the lock in the failure.
+func awaitReleased(t *testing.T, holders func() int, what string) {
+	t.Helper()
 	start := time.Now()
 	bound := 2 * store.FlowLockIdle
 	for holders() != 0 {
 		if time.Since(start) > bound {
-			t.Fatalf("the flow lock of a holder whose path stalled is still held after %v", bound)
+			t.Fatalf("%s is still held after %v", what, bound)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -126,19 +133,11 @@ func TestAFlowLockWhosePathStallsAsItIsGrantedIsReleasedByTheServerWithinSeconds
 		}
 	}
 	proxy.Stall()
-	start := time.Now()
 	t.Cleanup(func() {
 		proxy.Restore()
 		if r := <-got; r.lock != nil {
 			r.lock.Release(ctx)
 		}
 	})
-	bound := 2 * store.FlowLockIdle
-	for holders() != 0 {
-		if time.Since(start) > bound {
-			t.Fatalf("a flow lock whose holder's path stalled as it was granted is still held after %v", bound)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("released %v after the stall", time.Since(start).Round(10*time.Millisecond))
+	awaitReleased(t, holders, "a flow lock whose holder's path stalled as it was granted")
 }
