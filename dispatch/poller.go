@@ -30,7 +30,6 @@ type Poller struct {
 	kick      chan struct{}
 	primed    bool
 	primeWoke bool // the poll Prime or PrimeWith applied woke a pipeline
-	woke      int  // pipelines the last poll woke (one poll at a time: Prime, then Run)
 }
 
 // NewPoller builds the shared poll of pipelines, run every interval.
@@ -56,8 +55,8 @@ func (p *Poller) Kick() {
 func (p *Poller) Prime(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, primeTimeout)
 	defer cancel()
-	err := p.poll(ctx)
-	p.primed, p.primeWoke = err == nil, p.woke > 0
+	woke, err := p.poll(ctx)
+	p.primed, p.primeWoke = err == nil, woke > 0
 }
 
 // PrimeWith is Prime with the first poll's answer asked elsewhere (the dispatcher's
@@ -65,8 +64,8 @@ func (p *Poller) Prime(ctx context.Context) {
 // check): it wakes the pipelines due in due, or every one when err is set, in which
 // case Run polls at once.
 func (p *Poller) PrimeWith(due map[string]bool, err error) {
-	p.wake(due, err)
-	p.primed, p.primeWoke = err == nil, p.woke > 0
+	woke := p.wake(due, err)
+	p.primed, p.primeWoke = err == nil, woke > 0
 }
 
 // PrimeWoke reports whether the first poll, applied by Prime or PrimeWith, woke a
@@ -92,7 +91,7 @@ func (p *Poller) Run(ctx context.Context) error {
 				t.Stop()
 			}
 		}
-		if err := p.poll(ctx); err != nil && ctx.Err() == nil {
+		if _, err := p.poll(ctx); err != nil && ctx.Err() == nil {
 			failures++
 			if failures == 1 || failures%60 == 0 {
 				p.log.Warn("shared poll failed; every pipeline polls on its own", "err", err, "consecutive", failures)
@@ -103,24 +102,25 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 }
 
-// poll wakes the pipelines whose streams are due, or every pipeline when it cannot tell.
-func (p *Poller) poll(ctx context.Context) error {
+// poll wakes the pipelines whose streams are due, or every pipeline when it cannot tell,
+// and returns how many it woke.
+func (p *Poller) poll(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(p.interval, 5*time.Second))
 	defer cancel()
 	due, err := p.store.DueStreams(ctx)
-	p.wake(due, err)
-	return err
+	return p.wake(due, err), err
 }
 
 // wake wakes the pipelines whose streams are due in due, every one when err is set,
-// and counts them in p.woke.
-func (p *Poller) wake(due map[string]bool, err error) {
-	p.woke = 0
+// and returns how many it woke.
+func (p *Poller) wake(due map[string]bool, err error) int {
+	woke := 0
 	for _, pl := range p.pipelines {
 		now, pending := due[pl.cfg.Stream]
 		if err != nil || now || (pending && p.store.TTL(pl.cfg.Stream) > 0) {
 			pl.wakeUp()
-			p.woke++
+			woke++
 		}
 	}
+	return woke
 }

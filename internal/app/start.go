@@ -156,7 +156,7 @@ func (s *startConns) settle(ctx context.Context, behind bool) error {
 	s.decide(behind)
 	var held []*pgxpool.Conn
 	for _, c := range []*pgxpool.Conn{s.first, s.second} {
-		if c != nil && !c.Conn().IsClosed() {
+		if c != nil {
 			held = append(held, c)
 		}
 	}
