@@ -10,31 +10,65 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
-// releases reads run's debug log for its releases of the start's pages: the KiB each
-// found resident, and any error.
-func releases(logs string) (kib []int64, errs []string) {
+// startLog is what run's debug log says of its start's pages: when it began to
+// dispatch, and when it released the pages and how many KiB it found resident each
+// time, with any error.
+type startLog struct {
+	dispatching time.Time
+	at          []time.Time
+	kib         []int64
+	errs        []string
+}
+
+func readStartLog(logs string) startLog {
+	var out startLog
 	for _, line := range strings.Split(logs, "\n") {
 		var l struct {
-			Msg string `json:"msg"`
-			KiB int64  `json:"kib"`
-			Err string `json:"err"`
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+			KiB  int64     `json:"kib"`
+			Err  string    `json:"err"`
 		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "released the start's pages of the executable" {
-			kib = append(kib, l.KiB)
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		switch l.Msg {
+		case "dispatching":
+			out.dispatching = l.Time
+		case "released the start's pages of the executable":
+			out.at = append(out.at, l.Time)
+			out.kib = append(out.kib, l.KiB)
 			if l.Err != "" {
-				errs = append(errs, l.Err)
+				out.errs = append(out.errs, l.Err)
 			}
 		}
 	}
-	return kib, errs
+	return out
 }
 
 // TestRunLetsGoOfItsStartsPagesAndDeliversAfter runs `outboxd run` (in this test
-// process, whose executable is the test binary) and waits for both releases of the
-// start's pages of the executable, at "dispatching" and once the start has settled;
-// then a row committed after them is delivered: the code the dispatcher runs comes back.
+// process, whose executable is the test binary) and waits for its releases of the
+// start's pages of the executable: once the start has settled, and at "dispatching" too
+// when the start meets messages to deliver (an idle start keeps them until it settles,
+// so that the first requests do not fault back what was just let go). Then a row
+// committed after them is delivered: the code the dispatcher runs comes back.
 func TestRunLetsGoOfItsStartsPagesAndDeliversAfter(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		backlog bool
+	}{
+		{"an idle start lets go of its pages once it has settled, not at dispatching", false},
+		{"a start that meets a message lets go of its pages at dispatching and once settled", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			releasesAfterStart(t, tc.backlog)
+		})
+	}
+}
+
+func releasesAfterStart(t *testing.T, backlog bool) {
 	dsn := testenv.EmptyDatabase(t)
 	environ := []string{
 		"OUTBOXD_DATABASE_URL=" + dsn,
@@ -46,34 +80,71 @@ func TestRunLetsGoOfItsStartsPagesAndDeliversAfter(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	conn := testenv.Connect(t, dsn)
+	want := 1
+	if backlog {
+		var out testenv.SyncBuffer
+		if code := run(ctx, env{args: []string{"migrate", "up"}, environ: environ, stdout: &out, stderr: &out}); code != 0 {
+			t.Fatalf("migrate up exited %d\n%s", code, out.String())
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO outbox.messages (stream, topic, payload) VALUES ('orders', 'early', 'x')`); err != nil {
+			t.Fatal(err)
+		}
+		want = 2
+	}
 	var stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, env{args: []string{"run", "--migrate"}, environ: environ, stdout: &stderr, stderr: &stderr})
 	}()
 	deadline := time.Now().Add(30 * time.Second)
+	var l startLog
 	for {
-		kib, errs := releases(stderr.String())
-		if len(errs) > 0 {
-			t.Fatalf("a release failed: %v\n%s", errs, stderr.String())
+		l = readStartLog(stderr.String())
+		if len(l.errs) > 0 {
+			t.Fatalf("a release failed: %v\n%s", l.errs, stderr.String())
 		}
-		if len(kib) == 2 {
-			if kib[0] <= 0 {
-				t.Fatalf("the release at dispatching found %d KiB of the executable resident; want some", kib[0])
-			}
-			t.Logf("released %d KiB at dispatching, %d KiB once settled", kib[0], kib[1])
+		if len(l.at) == want {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("saw %d of the start's two releases in 30s\n%s", len(kib), stderr.String())
+			t.Fatalf("saw %d of the start's %d releases in 30s\n%s", len(l.at), want, stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	conn := testenv.Connect(t, dsn)
+	if l.kib[0] <= 0 {
+		t.Fatalf("the first release found %d KiB of the executable resident; want some", l.kib[0])
+	}
+	first := l.at[0].Sub(l.dispatching)
+	if backlog && first > time.Second {
+		t.Fatalf("a start that met a message first released its pages %v after dispatching; want at once", first)
+	}
+	if !backlog && first < time.Second {
+		t.Fatalf("an idle start released its pages %v after dispatching; want once it settled", first)
+	}
+	t.Logf("released %v KiB, %v after dispatching", l.kib, first.Round(time.Millisecond))
 	if _, err := conn.Exec(ctx, `INSERT INTO outbox.messages (stream, topic, payload) VALUES ('orders', 'created', 'x')`); err != nil {
 		t.Fatal(err)
 	}
-	awaitDelivered(t, conn, "pages-test", deadline, &stderr)
+	rows := 1
+	if backlog {
+		rows = 2
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var delivered int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox.messages WHERE status = 'delivered'`).Scan(&delivered); err != nil {
+			t.Fatal(err)
+		}
+		if delivered == rows {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows delivered in 30s\n%s", delivered, rows, stderr.String())
+		}
+	}
+	if got := len(readStartLog(stderr.String()).at); got != want {
+		t.Fatalf("%d releases of the start's pages; want %d", got, want)
+	}
 	cancel()
 	awaitExit(t, done, &stderr)
 }
