@@ -504,37 +504,24 @@ func errorText(s string) string {
 
 // SchemaVersion reads the migration version golang-migrate recorded for this table:
 // 0 when no migration ran. It only reads, so a role without DDL rights can check it.
-// It uses the simple protocol: /readyz asks it, and the first /readyz after a start
-// comes on a connection that has prepared neither of its two statements.
+// /readyz asks it, on the pool.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	return s.schemaVersion(ctx, simpleProtocol{s.pool})
+	return s.schemaVersion(ctx, s.pool)
 }
 
 // SchemaVersionOn is SchemaVersion asked on conn, an open connection to the store's
-// database (outboxd's start asks on one it opened anyway, before the pool has any). It
-// uses the simple protocol, which a transaction pooler forwards.
+// database (outboxd's start asks on one it opened anyway, before the pool has any).
 func (s *Store) SchemaVersionOn(ctx context.Context, conn *pgx.Conn) (version uint, dirty bool, err error) {
-	return s.schemaVersion(ctx, simpleProtocol{conn})
+	return s.schemaVersion(ctx, conn)
 }
 
-// rowQuerier is what schemaVersion asks with: the pool, or one connection.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// simpleProtocol asks on a connection or a pool with the simple protocol.
-type simpleProtocol struct{ q rowQuerier }
-
-func (q simpleProtocol) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return q.q.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
-}
-
-func (s *Store) schemaVersion(ctx context.Context, q rowQuerier) (version uint, dirty bool, err error) {
-	// The table is read at once, not first looked up in the catalog: a missing one (or
-	// its schema) is an error that answers as well, and the start and every /readyz
-	// save a statement.
+// schemaVersion asks q with the simple protocol: one round trip on a connection that
+// has not prepared the statement (the start's, and the first /readyz's after it), and
+// a transaction pooler forwards it. The table is read at once, not first looked up in
+// the catalog: a missing one (or its schema) is an error that answers as well.
+func (s *Store) schemaVersion(ctx context.Context, q querier) (version uint, dirty bool, err error) {
 	var v int64
-	err = q.QueryRow(ctx, s.sql.schemaVersion).Scan(&v, &dirty)
+	err = q.QueryRow(ctx, s.sql.schemaVersion, pgx.QueryExecModeSimpleProtocol).Scan(&v, &dirty)
 	var pg *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
