@@ -51,9 +51,9 @@ func (p *Poller) Kick() {
 // first answers /readyz (both would want the general pool's one open connection, and
 // one of them would wait for a new connection's handshake). Run then begins with a
 // wait; after a failed Prime it polls at once. A start waits for Prime, so it gives up
-// after primeTimeout (a table locked by a migration, say) whatever the interval.
+// after PrimeTimeout (a table locked by a migration, say) whatever the interval.
 func (p *Poller) Prime(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, primeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, PrimeTimeout)
 	defer cancel()
 	woke, err := p.poll(ctx)
 	p.primed, p.primeWoke = err == nil, woke > 0
@@ -72,8 +72,9 @@ func (p *Poller) PrimeWith(due map[string]bool, err error) {
 // pipeline: the start met messages to deliver (or could not tell).
 func (p *Poller) PrimeWoke() bool { return p.primeWoke }
 
-// primeTimeout bounds Prime.
-const primeTimeout = 5 * time.Second
+// PrimeTimeout bounds Prime, and a first poll asked elsewhere for PrimeWith: a start
+// waits for it.
+const PrimeTimeout = 5 * time.Second
 
 // Run polls at once (unless Prime did), then every interval or when kicked, until ctx
 // ends.

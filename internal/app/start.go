@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
@@ -212,7 +213,7 @@ func (s *startConns) listenAndPoll(ctx context.Context, t table.Name, st *store.
 			return
 		}
 		var l listened
-		pctx, cancel := context.WithTimeout(ctx, firstPollTimeout)
+		pctx, cancel := context.WithTimeout(ctx, dispatch.PrimeTimeout)
 		l.due, l.dueErr = st.DueStreamsOn(pctx, n)
 		cancel()
 		l.early = make(chan *store.Notifications, 1)
@@ -221,10 +222,6 @@ func (s *startConns) listenAndPoll(ctx context.Context, t table.Name, st *store.
 	}()
 	return out
 }
-
-// firstPollTimeout bounds the first poll asked at start, as Prime bounds its own: a
-// start waits for it.
-const firstPollTimeout = 5 * time.Second
 
 // release puts the two connections back into the pool.
 func (s *startConns) release() {
