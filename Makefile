@@ -43,12 +43,14 @@ fmt: ## Format the .go files in place (gofmt -w)
 
 # bin/outboxd-bench carries bench and demo with their embedded brokers; bin/outboxd execs it
 # for `outboxd bench` and `outboxd demo`, and links none of it. bin/outboxd-floor is the
-# bench's floor under a dispatcher's start, timed beside outboxd's (docs/benchmarks.md).
+# bench's floor under a dispatcher's start, timed beside outboxd's (docs/benchmarks.md);
+# bin/outboxd-floor-linked is the same with every package outboxd links.
 # The image needs outboxd only.
-build: ## Build the static binaries bin/outboxd (the build deploy/Dockerfile runs), bin/outboxd-bench and bin/outboxd-floor
+build: ## Build the static binaries bin/outboxd (the build deploy/Dockerfile runs), bin/outboxd-bench and the bench's two floors
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd ./cmd/outboxd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd-bench ./cmd/outboxd-bench
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd-floor ./cmd/outboxd-floor
+	CGO_ENABLED=0 $(GO) build -tags linked -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/outboxd-floor-linked ./cmd/outboxd-floor
 
 bench: ## Run the benchmarks against an ensured PostgreSQL (ARGS= passed to go test)
 	@set -euo pipefail; trap 'outboxd_pg_stop || true' EXIT; . scripts/ensure-postgres.sh; \

@@ -65,11 +65,12 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 	if !r.OK || r.Missing != 0 {
 		t.Errorf("ok %v, missing %d", r.OK, r.Missing)
 	}
-	// The floor is timed before each idle start, and the start of outboxd, which does
-	// more, is set against it.
+	// The floors are timed before each idle start, and the start of outboxd, which does
+	// more, is set against each.
 	if f := r.ReadyMs; f.FloorDispatchingMs <= 0 || f.FloorReadyzMs < f.FloorDispatchingMs || f.FloorStarts < 1 ||
-		f.DispatchingToFloor <= 0 || f.ReadyzToFloor <= 0 {
-		t.Errorf("ready_ms %+v: want the floor's medians (readyz after dispatching) over at least one start, and positive ratios", f)
+		f.DispatchingToFloor <= 0 || f.ReadyzToFloor <= 0 || f.FloorLinkedDispatchingMs <= 0 ||
+		f.FloorLinkedReadyzMs < f.FloorLinkedDispatchingMs || f.FloorLinkedStarts < 1 || f.ReadyzToFloorLinked <= 0 {
+		t.Errorf("ready_ms %+v: want both floors' medians (readyz after dispatching) over at least one start, and positive ratios", f)
 	}
 	if !slices.Equal(r.Settings.Drivers, bench.DefaultDriverTypes()) || len(r.Drivers) != len(bench.DefaultDriverTypes()) {
 		t.Fatalf("measured drivers %v (report holds %d), want %v", r.Settings.Drivers, len(r.Drivers), bench.DefaultDriverTypes())

@@ -29,12 +29,13 @@ func dispatcher(t *testing.T) string {
 	return testenv.GoBuild(t, "../outboxd", filepath.Join(t.TempDir(), "outboxd"))
 }
 
-// dispatcherWithFloor is dispatcher with outboxd-floor built beside it, as make build
-// lays them out, so that the bench times the floor too.
+// dispatcherWithFloor is dispatcher with both builds of outboxd-floor beside it, as
+// make build lays them out, so that the bench times the floors too.
 func dispatcherWithFloor(t *testing.T) string {
 	t.Helper()
 	bin := dispatcher(t)
 	testenv.GoBuild(t, "../outboxd-floor", filepath.Join(filepath.Dir(bin), "outboxd-floor"))
+	testenv.GoBuild(t, "../outboxd-floor", filepath.Join(filepath.Dir(bin), "outboxd-floor-linked"), "linked")
 	return bin
 }
 

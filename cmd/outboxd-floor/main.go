@@ -5,8 +5,12 @@
 // beside `outboxd run` and times both from exec, so that outboxd's exec → ready is read
 // against what this machine cannot go below.
 //
-// Invariant: it does the least any dispatcher's start must do and nothing else. It
-// imports only the standard library and pgx, reads no configuration beyond those two
+// Built with -tags linked (outboxd-floor-linked, linked.go) it also links every package
+// outboxd links, and so pays outboxd's process start before doing the same least.
+//
+// Invariant: it does the least any dispatcher's start must do and nothing else. Its own
+// code uses only the standard library and pgx (the linked build adds packages whose
+// inits run and nothing of which is called), reads no configuration beyond those two
 // variables, and exits 0 on SIGTERM or SIGINT.
 package main
 

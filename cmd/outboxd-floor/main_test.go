@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -90,5 +91,36 @@ func TestTheFloorLogsAsRunDoesAnswersReadyzFromItsConnectionAndStopsCleanly(t *t
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("still running 30s after SIGTERM")
+	}
+}
+
+// TestTheLinkedFloorLinksEveryPackageOutboxdLinks holds the linked build (-tags linked)
+// to its promise: the packages it links are outboxd's, its own main in place of
+// outboxd's, so that its start pays every init outboxd's start pays. A package outboxd
+// comes to import and linked.go leaves out fails it.
+func TestTheLinkedFloorLinksEveryPackageOutboxdLinks(t *testing.T) {
+	t.Parallel()
+	deps := func(args ...string) map[string]bool {
+		t.Helper()
+		out, err := exec.Command("go", append([]string{"list", "-deps"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %v (needs the go tool on PATH): %v", args, err)
+		}
+		set := map[string]bool{}
+		for _, p := range strings.Fields(string(out)) {
+			set[p] = true
+		}
+		return set
+	}
+	outboxd, linked := deps("../outboxd"), deps("-tags", "linked", ".")
+	for p := range outboxd {
+		if !linked[p] && p != "github.com/outboxd/outboxd/cmd/outboxd" {
+			t.Errorf("outboxd links %s and the linked floor does not: import it in linked.go", p)
+		}
+	}
+	for p := range linked {
+		if !outboxd[p] && p != "github.com/outboxd/outboxd/cmd/outboxd-floor" {
+			t.Errorf("the linked floor links %s, which outboxd does not", p)
+		}
 	}
 }

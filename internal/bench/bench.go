@@ -199,10 +199,9 @@ type bench struct {
 	retainedUpTo int64
 	// readiness holds every drain's first dispatcher's exec → ready, in ms.
 	readiness [][2]float64
-	// floor is the outboxd-floor beside the dispatcher binary, "" when there is none
-	// (floorMissing names where it was looked for); floors holds its starts' exec → ready.
-	floor, floorMissing string
-	floors              [][2]float64
+	// floor and floorLinked are outboxd-floor and outboxd-floor-linked beside the
+	// dispatcher binary, with their starts' exec → ready.
+	floor, floorLinked floor
 	// missingIn counts the missing messages of the drains outside r.Drivers (A/B
 	// baselines, the scale modes), by where they went missing.
 	missingIn map[string]int64
@@ -239,8 +238,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r := &b.report
 	r.Seconds = time.Since(started).Seconds()
-	r.ReadyMs = readyFigures(b.readiness).withFloor(b.floors)
-	r.ReadyMs.floorMissing = b.floorMissing
+	r.ReadyMs = readyFigures(b.readiness).withFloors(b.floor, b.floorLinked)
 	r.finish(b.missingIn)
 	if opt.json {
 		out, err := json.MarshalIndent(r, "", "  ")
@@ -274,11 +272,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.opt.binary = bin
-	if floor, found := floorBeside(bin); found {
-		b.floor = floor
-	} else {
-		b.floorMissing = floor
-	}
+	b.floor, b.floorLinked = floorBeside(bin, floorProgram), floorBeside(bin, floorLinkedProgram)
 	if base := b.opt.set.BaselineBinary; base != "" {
 		if _, err := os.Stat(base); err != nil {
 			return fmt.Errorf("bench: --baseline-binary: %w", err)

@@ -21,8 +21,8 @@ const idleSettle = 5 * time.Second
 // and its split into RssAnon, what the process allocated, and RssFile, pages of its
 // binary and libraries), stops it, and records them on d, with its exec → dispatching
 // and exec → /readyz 200: a start that no backlog competes with. Where there is no
-// /proc the resident figures stay 0. Just before, it times outboxd-floor's start with
-// the same environment (floorStart).
+// /proc the resident figures stay 0. Just before, it times the floor programs' starts
+// with the same environment (floorStarts).
 func (b *bench) idleRSS(ctx context.Context, driver, binary string, d *benchDrain) error {
 	if err := b.empty(ctx); err != nil {
 		return err
@@ -32,7 +32,7 @@ func (b *bench) idleRSS(ctx context.Context, driver, binary string, d *benchDrai
 		return err
 	}
 	environ := benchEnviron(b.o.Environ, cfg)
-	if err := b.floorStart(ctx, environ); err != nil {
+	if err := b.floorStarts(ctx, environ); err != nil {
 		return fmt.Errorf("the floor before it: %w", err)
 	}
 	child, err := startDispatcher(ctx, binary, environ)

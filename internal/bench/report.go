@@ -134,19 +134,26 @@ type benchDriverReport struct {
 }
 
 // benchReady is exec → ready of a drain's dispatcher process: its "dispatching" log
-// line, and its /readyz first answering 200 (asked every millisecond). The floor is the
-// same of outboxd-floor, started before each idle start (floorStart).
+// line, and its /readyz first answering 200 (asked every millisecond). The floors are
+// the same of outboxd-floor and outboxd-floor-linked, started before each idle start
+// (floorStarts).
 type benchReady struct {
-	Drains             int     `json:"drains"`
-	DispatchingMs      float64 `json:"dispatching"`
-	ReadyzMs           float64 `json:"readyz"`
-	FloorStarts        int     `json:"floor_starts"`
-	FloorDispatchingMs float64 `json:"floor_dispatching"`
-	FloorReadyzMs      float64 `json:"floor_readyz"`
-	DispatchingToFloor float64 `json:"dispatching_to_floor"`
-	ReadyzToFloor      float64 `json:"readyz_to_floor"`
-	// floorMissing is where outboxd-floor was looked for and not found ("" when found).
-	floorMissing string
+	Drains                   int     `json:"drains"`
+	DispatchingMs            float64 `json:"dispatching"`
+	ReadyzMs                 float64 `json:"readyz"`
+	FloorStarts              int     `json:"floor_starts"`
+	FloorDispatchingMs       float64 `json:"floor_dispatching"`
+	FloorReadyzMs            float64 `json:"floor_readyz"`
+	DispatchingToFloor       float64 `json:"dispatching_to_floor"`
+	ReadyzToFloor            float64 `json:"readyz_to_floor"`
+	FloorLinkedStarts        int     `json:"floor_linked_starts"`
+	FloorLinkedDispatchingMs float64 `json:"floor_linked_dispatching"`
+	FloorLinkedReadyzMs      float64 `json:"floor_linked_readyz"`
+	DispatchingToFloorLinked float64 `json:"dispatching_to_floor_linked"`
+	ReadyzToFloorLinked      float64 `json:"readyz_to_floor_linked"`
+	// floorMissing and floorLinkedMissing are where each floor program was looked
+	// for and not found ("" when found).
+	floorMissing, floorLinkedMissing string
 }
 
 func readyFigures(drains [][2]float64) benchReady {

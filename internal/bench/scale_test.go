@@ -25,7 +25,7 @@ var built struct {
 	out  []byte
 }
 
-// outboxdBinary builds cmd/outboxd, and cmd/outboxd-floor beside it, once for the tests
+// outboxdBinary builds cmd/outboxd, and both builds of cmd/outboxd-floor beside it, once for the tests
 // of this file: the drains run it as their dispatcher process (inside `go test` this
 // executable is the test binary).
 func outboxdBinary(t *testing.T) string {
@@ -40,8 +40,11 @@ func outboxdBinary(t *testing.T) string {
 		if built.out, built.err = testenv.Build("../../cmd/outboxd", built.bin); built.err != nil {
 			return
 		}
-		// Beside it, as make build lays them out: the idle starts time the floor too.
-		built.out, built.err = testenv.Build("../../cmd/outboxd-floor", filepath.Join(dir, floorProgram))
+		// Beside it, as make build lays them out: the idle starts time the floors too.
+		if built.out, built.err = testenv.Build("../../cmd/outboxd-floor", filepath.Join(dir, floorProgram)); built.err != nil {
+			return
+		}
+		built.out, built.err = testenv.Build("../../cmd/outboxd-floor", filepath.Join(dir, floorLinkedProgram), "linked")
 	})
 	if built.err != nil {
 		t.Fatalf("build outboxd for the drains' dispatcher (needs the go tool on PATH): %v\n%s", built.err, built.out)
@@ -145,8 +148,9 @@ func TestABModeRunsBaselineAndCurrentAlternatelyAndReportsTheirRatios(t *testing
 		x.A.ReadyDispatchingMs <= 0 || !near(x.Ratio.ReadyzMs, x.B.ReadyzMs/x.A.ReadyzMs) {
 		t.Errorf("idle RSS and start figures %+v from A %+v and B %+v", x.Ratio, x.A, x.B)
 	}
-	if f := r.ReadyMs; f.Drains != 4 || f.ReadyzMs <= 0 || f.DispatchingMs <= 0 || f.FloorStarts != 4 || f.FloorReadyzMs <= 0 {
-		t.Errorf("ready_ms %+v, want the medians of 4 drains and of the floor started before each", r.ReadyMs)
+	if f := r.ReadyMs; f.Drains != 4 || f.ReadyzMs <= 0 || f.DispatchingMs <= 0 || f.FloorStarts != 4 || f.FloorReadyzMs <= 0 ||
+		f.FloorLinkedStarts != 4 || f.FloorLinkedReadyzMs <= 0 {
+		t.Errorf("ready_ms %+v, want the medians of 4 drains and of both floors started before each", r.ReadyMs)
 	}
 	if !slices.Contains(x.B.RunsMsgsPerSec, r.Drivers["discard"].Drain.MsgsPerSec) {
 		t.Errorf("the driver's drain (%v msg/s) is not one of the current binary's runs %v", r.Drivers["discard"].Drain.MsgsPerSec, x.B.RunsMsgsPerSec)
