@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"runtime"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -449,51 +446,6 @@ func (d *Dispatcher) close() error {
 	return errors.Join(errs...)
 }
 
-// listenConfig is how the listener connects. LISTEN keeps a session: behind a
-// transaction pooler it goes to database.listen_url.
-func listenConfig(cfg *config.Config) (store.ListenConfig, error) {
-	c, err := pgx.ParseConfig(cfg.SessionURL())
-	if err != nil {
-		return store.ListenConfig{}, fmt.Errorf("%s: %w", sessionKey(cfg), config.RedactParseError(err))
-	}
-	deadPeers(&c.Config, cfg.Database)
-	return store.ListenConfig{Conn: c, Table: cfg.Table()}, nil
-}
-
-// listensApart reports whether the listener has a connection string of its own
-// (database.listen_url): its connection then begins to open beside the start's two
-// (listenEarly); otherwise, unless behind a pooler, it takes the second of those.
-func listensApart(cfg *config.Config) bool { return cfg.Database.ListenURL != "" }
-
-// listenEarly begins to open the listening connection to database.listen_url, so that
-// readiness does not wait for one more connection after the rest (the pooler probe and
-// the schema check); the listener takes it from the channel, or, if opening it failed,
-// connects itself and says why. Whoever does not hand the channel to a listener closes
-// what arrives (closeEarly).
-func listenEarly(ctx context.Context, listen store.ListenConfig) chan *store.Notifications {
-	early := make(chan *store.Notifications, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, dispatch.ListenConnectTimeout)
-		defer cancel()
-		conn, err := store.Listen(lctx, listen)
-		if err != nil {
-			conn = nil
-		}
-		early <- conn
-	}()
-	return early
-}
-
-// closeEarly closes the listening connection opened ahead for a dispatcher that was
-// not built after all.
-func closeEarly(ctx context.Context, early <-chan *store.Notifications) {
-	if conn := <-early; conn != nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	}
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -522,78 +474,6 @@ func TTLOptions(streams map[string]config.Stream) []store.Option {
 		}
 	}
 	return opts
-}
-
-// pipelineSessions is the pool configuration of the pipelines' claims and write-backs:
-// at most database.max_conns connections (pipelineConns), whatever the number of
-// streams, and synchronous_commit off unless database_url sets it. Such a commit returns
-// before its WAL is flushed; a database crash within the next few hundred milliseconds
-// can then undo it, which at-least-once delivery absorbs: an undone claim leaves its
-// rows pending, an undone write-back leaves them leased until reclaimed, and either way
-// they are published again, never lost. Operators' requeues and skips, the janitor and
-// migrations keep the server's setting. Measured: docs/benchmarks.md.
-//
-// A batch that finds every connection busy waits for one (within its claim's deadline).
-// The flow locks, when they share this pool, hold at most half of it (store.TryFlow), so
-// a flowing pipeline always finds connections to claim with.
-//
-// The pool opens up front, and keeps open, what one stream's burst takes at once (its
-// batches in flight, the claim after them and its flow lock; the whole pool if smaller),
-// reopening a lost connection within pipelineRefill: a claim that finds no connection
-// idle while the pool could grow waits for a new one's handshake, even if another is
-// released a millisecond later, and under load a handshake took 260 ms, holding every
-// message committed meanwhile. A burst from idle met it at once: a flow's lock took the
-// last idle connection and the claim after it waited (the bench's 1,000 msg/s phase had a
-// p99 of 61–273 ms where the rest of the run's was 11–37; docs/benchmarks.md). Beyond
-// that the pool grows on demand and closes what stays idle for pipelineIdle.
-//
-// Behind a transaction pooler the server's setting stays: the pooler would refuse the
-// startup parameter.
-func pipelineSessions(base *pgxpool.Config, db config.Database, streams map[string]config.Stream, behind bool) *pgxpool.Config {
-	c := base.Copy()
-	c.MaxConns = pipelineConns(db, streams)
-	c.MinConns = min(c.MaxConns, burstConns(streams))
-	c.MaxConnIdleTime = min(c.MaxConnIdleTime, pipelineIdle)
-	c.HealthCheckPeriod = pipelineRefill
-	if _, set := c.ConnConfig.RuntimeParams["synchronous_commit"]; !set && !behind {
-		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	}
-	return c
-}
-
-// pipelineRefill is how often the pipelines' pool reopens connections it lost, and
-// pipelineIdle how long one beyond its minimum may stay idle before it is closed.
-const (
-	pipelineRefill = time.Second
-	pipelineIdle   = 30 * time.Second
-)
-
-// streamConns is what one stream's burst holds at once: its batches in flight, a claim
-// and a flow lock.
-func streamConns(s config.Stream) int { return s.Concurrency + 2 }
-
-// burstConns is what the busiest stream's burst holds at once.
-func burstConns(streams map[string]config.Stream) int32 {
-	n := 0
-	for _, s := range streams {
-		n = max(n, streamConns(s))
-	}
-	return int32(min(n, math.MaxInt32))
-}
-
-// pipelineConns is the bound of the pipelines' pool: database.max_conns when set, else
-// what every stream could use at once (streamConns each) but no more than four per CPU
-// and at least 10. Beyond a few connections per core the database serves no more
-// statements a second, it only queues them.
-func pipelineConns(db config.Database, streams map[string]config.Stream) int32 {
-	if db.MaxConns > 0 {
-		return int32(min(db.MaxConns, math.MaxInt32))
-	}
-	want := 0
-	for _, s := range streams {
-		want += streamConns(s)
-	}
-	return int32(max(2, min(want, max(10, 4*runtime.GOMAXPROCS(0)))))
 }
 
 // ListenerConnected reports whether the LISTEN connection is up, so that a caller
