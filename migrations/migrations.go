@@ -37,7 +37,7 @@ const (
 	Plain Layout = iota
 	// Partitioned is range-partitioned by created_at, with a default partition for rows
 	// no time partition covers; retention drops whole partitions. The time partitions are
-	// created and dropped at run time (store/partitions.go).
+	// created and dropped at run time (store/partitions.go, store/partitiondrop.go).
 	Partitioned
 )
 
