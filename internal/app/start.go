@@ -46,7 +46,6 @@ type startConns struct {
 	// direct are the settings a connection to PostgreSQL itself asks for that
 	// database_url does not set already.
 	direct  map[string]string
-	decided bool // decide has run
 	unset   bool // the two lack direct's settings (settleConn)
 	adopted bool
 }
@@ -112,14 +111,11 @@ func openStart(ctx context.Context, cfg *config.Config) (*startConns, error) {
 // next connections are set by it, and the two it holds are made to match, directly by
 // settleConn, the settings the others ask for at their start; behind a pooler it closes
 // the two, which would prepare statements on a server session the next transaction may
-// not get. Only the first call counts.
+// not get. Only the first call counts: once it has run, as when database.pooler is not
+// auto, the mode is known.
 func (s *startConns) decide(behind bool) {
-	if s.decided {
-		return
-	}
-	s.decided = true
 	if s.mode.Load() != modeUnknown {
-		return // set from the start (database.pooler is not auto): the two were set too
+		return // decided already, or set from the start (the two were set too)
 	}
 	if behind {
 		s.mode.Store(modeBehind)
