@@ -198,18 +198,23 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 	// count once all are open (a connection still opening is the pool's before the
 	// server shows it).
 	pipes := func() int { return int(d.pipePool.Stat().TotalConns()) }
+	want := int(burstConns(cfg.Streams))
+	// awaitBurst waits until count reaches the burst the pipelines' pool keeps open.
+	awaitBurst := func(count func() int32) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); count() < int32(want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pipelines' pool holds %d connections 5s after the start; want its burst's %d", pipes(), want)
+			}
+		}
+	}
 	opened := pipes()
 	n := sessions()
 	if opened != 0 && time.Since(began) < pipelineRefill*9/10 {
 		t.Fatalf("the pipelines' pool opened %d connections during the start; want none before its refill", opened)
 	}
 	if opened != 0 || pipes() != 0 {
-		want := int(burstConns(cfg.Streams))
-		for deadline := time.Now().Add(5 * time.Second); d.pipePool.Stat().IdleConns() < int32(want); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the pipelines' pool holds %d connections 5s after the start; want its burst's %d", pipes(), want)
-			}
-		}
+		awaitBurst(func() int32 { return d.pipePool.Stat().IdleConns() })
 		n = sessions() - want
 	}
 	if n != 2 {
@@ -232,10 +237,5 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	want := int(burstConns(cfg.Streams))
-	for deadline := time.Now().Add(5 * time.Second); d.pipePool.Stat().TotalConns() < int32(want); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pipelines' pool holds %d connections 5s after the start; want its burst's %d", d.pipePool.Stat().TotalConns(), want)
-		}
-	}
+	awaitBurst(func() int32 { return d.pipePool.Stat().TotalConns() })
 }
