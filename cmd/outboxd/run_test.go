@@ -69,7 +69,7 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	awaitDelivered(t, conn, "run-test", deadline, &stderr)
+	awaitDelivered(t, conn, "run-test", 1, deadline, &stderr)
 	// The admin endpoints answer while it runs, without secrets.
 	addr := adminAddr(t, &stderr)
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/v1/stats": 200, "/metrics": 200, "/api/v1/messages/requeue": 403} {
@@ -121,20 +121,20 @@ func TestRunMigratesDeliversAndStopsOnSignal(t *testing.T) {
 	}
 }
 
-// awaitDelivered waits until one row of the outbox is delivered by the replica owner,
+// awaitDelivered waits until want rows of the outbox are delivered by the replica owner,
 // failing with run's logs at deadline.
-func awaitDelivered(t *testing.T, conn *pgx.Conn, owner string, deadline time.Time, logs *testenv.SyncBuffer) {
+func awaitDelivered(t *testing.T, conn *pgx.Conn, owner string, want int, deadline time.Time, logs *testenv.SyncBuffer) {
 	t.Helper()
 	for {
 		var delivered int
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM outbox.messages WHERE status = 'delivered' AND owner = $1`, owner).Scan(&delivered); err != nil {
 			t.Fatal(err)
 		}
-		if delivered == 1 {
+		if delivered == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("row not delivered by outboxd run (replica %s)\n%s", owner, logs.String())
+			t.Fatalf("%d of %d rows delivered by outboxd run (replica %s)\n%s", delivered, want, owner, logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

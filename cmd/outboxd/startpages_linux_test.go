@@ -130,18 +130,7 @@ func releasesAfterStart(t *testing.T, backlog bool) {
 	if backlog {
 		rows = 2
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var delivered int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox.messages WHERE status = 'delivered'`).Scan(&delivered); err != nil {
-			t.Fatal(err)
-		}
-		if delivered == rows {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d rows delivered in 30s\n%s", delivered, rows, stderr.String())
-		}
-	}
+	awaitDelivered(t, conn, "pages-test", rows, time.Now().Add(30*time.Second), &stderr)
 	if got := len(readStartLog(stderr.String()).at); got != want {
 		t.Fatalf("%d releases of the start's pages; want %d", got, want)
 	}
