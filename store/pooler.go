@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// poolerRounds is how many times BehindPooler asks; one match is proof, so more rounds
-// only make a busy pooler, whose idle server session another client took in between,
-// harder to miss.
+// poolerRounds is how many alternating rounds BehindPooler asks after the first (asked
+// on both at once); one match is proof, so more rounds only make a busy pooler, whose
+// idle server session another client took in between, harder to miss.
 const poolerRounds = 5
 
 // BehindPooler reports whether connections opened with cfg are served by a pooler that
@@ -22,15 +22,16 @@ const poolerRounds = 5
 // that are both open never share a server process on PostgreSQL itself, so a shared pid
 // proves a pooler and no direct connection can ever be reported as one; a pooler that
 // reuses its most recently idle server session first (PgBouncer's default) answers with
-// the same pid at once. It can miss a pooler that happens to serve the two from different
+// the same pid in the first alternating round. It can miss a pooler that happens to serve the two from different
 // server sessions every round, one busy with other clients: database.pooler says so
 // without asking. Session pooling, which keeps a client's session, is not reported.
 //
-// The first round can settle it sooner: the process id PostgreSQL announces as a session
-// begins (in its cancellation key) is the session's own, while a pooler announces a key of
-// its own making, since it must route a client's cancel requests to whichever server
-// session serves it at the time. When both connections' first answers are the processes
-// that began them, no pooler stands between, and the remaining rounds are not asked.
+// A first round, both asked at once, can settle it sooner: the process id PostgreSQL
+// announces as a session begins (in its cancellation key) is the session's own, while a
+// pooler announces a key of its own making, since it must route a client's cancel
+// requests to whichever server session serves it at the time. When both connections'
+// answers are the processes that began them, no pooler stands between, and the
+// alternating rounds are not asked.
 //
 // The probe's own statements use the simple protocol, which every pooler forwards.
 func BehindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
@@ -65,22 +66,44 @@ func BehindPoolerOn(ctx context.Context, first, second *pgx.Conn) (bool, error) 
 	pid := func(conn *pgx.Conn) (int32, error) {
 		var p int32
 		err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&p)
-		return p, err
+		if err != nil {
+			return 0, fmt.Errorf("probe for a pooler: %w", err)
+		}
+		return p, nil
 	}
-	for round := range poolerRounds {
+	// The first round asks both at once: on PostgreSQL itself it is the only round, and
+	// each answer is a new session's first statement, which costs the server most of a
+	// round trip's time. A pooler may serve two questions at once from two server
+	// sessions, so a shared pid cannot be looked for here but can be in the rounds after.
+	var b int32
+	var errB error
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		b, errB = pid(second)
+	}()
+	a, errA := pid(first)
+	<-asked
+	if err := cmp.Or(errA, errB); err != nil {
+		return false, err
+	}
+	if a == b {
+		return true, nil
+	}
+	if uint32(a) == first.PgConn().PID() && uint32(b) == second.PgConn().PID() {
+		return false, nil // each is the server process that began it: no pooler between
+	}
+	for range poolerRounds {
 		a, err := pid(first)
 		if err != nil {
-			return false, fmt.Errorf("probe for a pooler: %w", err)
+			return false, err
 		}
 		b, err := pid(second)
 		if err != nil {
-			return false, fmt.Errorf("probe for a pooler: %w", err)
+			return false, err
 		}
 		if a == b {
 			return true, nil
-		}
-		if round == 0 && uint32(a) == first.PgConn().PID() && uint32(b) == second.PgConn().PID() {
-			return false, nil // each is the server process that began it: no pooler between
 		}
 		first, second = second, first
 	}
