@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -129,23 +132,30 @@ func (s *startConns) decide(behind bool) {
 }
 
 // settleConn gives c, one of the two, the settings of a direct session that it lacks,
-// in one statement; call it after decide.
+// in one round trip of SET statements (a new session plans no query for them, as it
+// would for set_config); call it after decide.
 func (s *startConns) settleConn(ctx context.Context, c *pgx.Conn) error {
 	if !s.unset {
 		return nil
 	}
-	sql, args := "SELECT", []any{pgx.QueryExecModeSimpleProtocol}
-	for k, v := range s.direct {
-		if len(args) > 1 {
-			sql += ","
-		}
-		sql += fmt.Sprintf(" set_config($%d, $%d, false)", len(args), len(args)+1)
-		args = append(args, k, v)
+	var sql strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(s.direct)) {
+		fmt.Fprintf(&sql, "SET %s TO %s;", pgx.Identifier{k}.Sanitize(), settingLiteral(s.direct[k]))
 	}
-	if _, err := c.Exec(ctx, sql, args...); err != nil {
+	if _, err := c.Exec(ctx, sql.String(), pgx.QueryExecModeSimpleProtocol); err != nil {
 		return fmt.Errorf("connect to database: set the session: %w", err)
 	}
 	return nil
+}
+
+// settingLiteral quotes v as a string literal that reads back as v whatever
+// standard_conforming_strings is.
+func settingLiteral(v string) string {
+	v = strings.ReplaceAll(v, "'", "''")
+	if strings.Contains(v, `\`) {
+		return `E'` + strings.ReplaceAll(v, `\`, `\\`) + `'`
+	}
+	return `'` + v + `'`
 }
 
 // settle decides, then settles the connections of the two still held, at once.

@@ -239,3 +239,27 @@ func TestTheStartOpensTwoConnectionsAndTheListenerKeepsOne(t *testing.T) {
 	}
 	awaitBurst(func() int32 { return d.pipePool.Stat().TotalConns() })
 }
+
+// A session's settings are given to the start's connections as SET statements, their
+// values quoted so that each reads back as it was, whatever it holds and whatever the
+// server's standard_conforming_strings.
+func TestTheStartsSettingsReadBackAsGivenWhateverTheyHold(t *testing.T) {
+	t.Parallel()
+	pg := testenv.NewPG(t)
+	for _, conforming := range []string{"on", "off"} {
+		for _, v := range []string{"plain", `it's`, `back\slash`, `both ' and \ and ''`, ""} {
+			conn, err := pgx.Connect(t.Context(), pg.DSN)
+			must(t, err)
+			_, err = conn.Exec(t.Context(), "SET standard_conforming_strings TO "+conforming)
+			must(t, err)
+			s := &startConns{direct: map[string]string{"application_name": v}, unset: true}
+			must(t, s.settleConn(t.Context(), conn))
+			var got string
+			must(t, conn.QueryRow(t.Context(), "SHOW application_name").Scan(&got))
+			if got != v {
+				t.Errorf("standard_conforming_strings %s: application_name %q reads back %q", conforming, v, got)
+			}
+			closeConn(conn)
+		}
+	}
+}
