@@ -30,7 +30,6 @@ import (
 // the readiness probes.
 type Store interface {
 	ops.Store
-	Ping(ctx context.Context) error
 	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
 }
 

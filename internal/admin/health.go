@@ -2,9 +2,12 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxd/outboxd/migrations"
 )
@@ -60,10 +63,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		if o.Store == nil {
 			checks = []Check{{Name: "database", Probe: func(context.Context) error { return o.waiting() }}}
 		} else {
-			checks = append([]Check{
-				{Name: "database", Probe: o.Store.Ping},
-				{Name: "schema", Probe: func(ctx context.Context) error { return schemaCurrent(ctx, o.Store) }},
-			}, o.Ready...)
+			checks = append(databaseAndSchema(o.Store), o.Ready...)
 		}
 		for _, c := range checks {
 			ctx, cancel := context.WithTimeout(r.Context(), checkTimeout)
@@ -95,18 +95,38 @@ func (s *server) pickAny(name string) (served, error) {
 	return served{}, err
 }
 
-// schemaCurrent fails unless the table's recorded migration is this build's latest.
-func schemaCurrent(ctx context.Context, st Store) error {
-	v, dirty, err := st.SchemaVersion(ctx)
-	if err != nil {
-		return err
+// databaseAndSchema are the built-in checks, both answered by one question, in this
+// order: reading the table's schema version reaches the database too, so a probe costs
+// one round trip. The database check fails when the server gave no answer (a PostgreSQL
+// error is an answer); the schema check fails unless the table's recorded migration is
+// this build's latest.
+func databaseAndSchema(st Store) []Check {
+	var version uint
+	var dirty bool
+	var err error
+	return []Check{
+		{Name: "database", Probe: func(ctx context.Context) error {
+			version, dirty, err = st.SchemaVersion(ctx)
+			var pg *pgconn.PgError
+			if err != nil && !errors.As(err, &pg) {
+				return err
+			}
+			return nil
+		}},
+		{Name: "schema", Probe: func(context.Context) error {
+			var pg *pgconn.PgError
+			want := migrations.Latest()
+			switch {
+			case err != nil && !errors.As(err, &pg):
+				return errors.New("not checked: the database did not answer")
+			case err != nil:
+				return err
+			case dirty:
+				return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way)", st.Table(), version)
+			case version != want:
+				return fmt.Errorf("%s: schema is at version %d, this build needs %d (outboxd migrate up)", st.Table(), version, want)
+			}
+			return nil
+		}},
 	}
-	want := migrations.Latest()
-	switch {
-	case dirty:
-		return fmt.Errorf("%s: schema version %d is dirty (a migration failed half-way)", st.Table(), v)
-	case v != want:
-		return fmt.Errorf("%s: schema is at version %d, this build needs %d (outboxd migrate up)", st.Table(), v, want)
-	}
-	return nil
 }
