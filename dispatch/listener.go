@@ -49,6 +49,11 @@ type ListenerConfig struct {
 	// poll began, which so finds everything it could have missed: its session does not
 	// call Connected.
 	EarlyPolled bool
+	// FirstPoll, when set with EarlyPolled, is the shared poll's first question, asked
+	// on Early's connection by the session that takes it: after the session counts as
+	// connected (readiness waits for the LISTEN, not for the poll's answer) and before
+	// its first wait, which the notifications committed meanwhile then find queued.
+	FirstPoll func(ctx context.Context, conn *store.Notifications)
 	// Connected, when set, is called after each (re)connect instead of waking every
 	// pipeline: the shared poll (Poller.Kick) then finds the streams whose notifications
 	// may have been lost, without a claim per stream.
@@ -141,6 +146,10 @@ func (l *Listener) session(ctx context.Context) error {
 	l.emit.Emit(events.ListenerState{Connected: true})
 	l.log.Info("listening for new messages", "channel", conn.Channel())
 	switch {
+	case polled && l.cfg.FirstPoll != nil:
+		first := l.cfg.FirstPoll
+		l.cfg.FirstPoll = nil
+		first(ctx, conn) // after LISTEN, so nothing is missed
 	case polled: // the shared poll's first poll began after LISTEN: nothing was missed
 	case l.cfg.Connected != nil:
 		l.cfg.Connected()

@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,15 +30,20 @@ type Poller struct {
 	pipelines []*Pipeline
 	log       *slog.Logger
 	kick      chan struct{}
-	primed    bool
-	primeWoke bool // the poll Prime or PrimeWith applied woke a pipeline
+	// The first poll's answer, applied once (first) by Prime, PrimeWith or Run's own
+	// first poll: answered closes then, after primedOK and primeWoke are set.
+	first     sync.Once
+	answered  chan struct{}
+	primedOK  atomic.Bool // that answer came without error
+	primeWoke atomic.Bool // and woke a pipeline
+	awaiting  bool        // AwaitPrime: Run waits for PrimeWith before it polls
 }
 
 // NewPoller builds the shared poll of pipelines, run every interval.
 func NewPoller(interval time.Duration, st DueFinder, pipelines []*Pipeline, logger *slog.Logger) *Poller {
 	_, logger = orDiscard(nil, logger)
 	return &Poller{interval: interval, store: st, pipelines: pipelines, log: logger.With("component", "poller"),
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), answered: make(chan struct{})}
 }
 
 // Kick asks for a poll now (the listener, after it reconnected). It never blocks.
@@ -56,31 +63,64 @@ func (p *Poller) Prime(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, PrimeTimeout)
 	defer cancel()
 	woke, err := p.poll(ctx)
-	p.primed, p.primeWoke = err == nil, woke > 0
+	p.answer(err == nil, woke > 0)
 }
 
-// PrimeWith is Prime with the first poll's answer asked elsewhere (the dispatcher's
-// start asks it on the listener's connection, after its LISTEN, beside the schema
-// check): it wakes the pipelines due in due, or every one when err is set, in which
-// case Run polls at once.
+// AwaitPrime says the first poll's answer will come from PrimeWith, asked elsewhere
+// while Run has begun: the listener asks it on its start connection, after that
+// connection's LISTEN, and the dispatcher does not wait for it. Run waits for it, up to
+// PrimeTimeout, instead of polling at once. Call it before Run.
+func (p *Poller) AwaitPrime() { p.awaiting = true }
+
+// PrimeWith is Prime with the first poll's answer asked elsewhere: it wakes the
+// pipelines due in due, or every one when err is set, in which case Run polls at once.
+// It is safe to call while Run runs; a late answer (Run polled without it) only wakes.
 func (p *Poller) PrimeWith(due map[string]bool, err error) {
-	woke := p.wake(due, err)
-	p.primed, p.primeWoke = err == nil, woke > 0
+	p.answer(err == nil, p.wake(due, err) > 0)
 }
 
-// PrimeWoke reports whether the first poll, applied by Prime or PrimeWith, woke a
-// pipeline: the start met messages to deliver (or could not tell).
-func (p *Poller) PrimeWoke() bool { return p.primeWoke }
+// answer records the first poll's answer, unless one was recorded already.
+func (p *Poller) answer(ok, woke bool) {
+	p.first.Do(func() {
+		p.primedOK.Store(ok)
+		p.primeWoke.Store(woke)
+		close(p.answered)
+	})
+}
 
-// PrimeTimeout bounds Prime, and a first poll asked elsewhere for PrimeWith: a start
-// waits for it.
+// Primed is closed once the first poll's answer has been applied (Prime, PrimeWith or
+// Run's first poll); PrimeWoke tells what it found from then on.
+func (p *Poller) Primed() <-chan struct{} { return p.answered }
+
+// PrimeWoke reports whether the first poll woke a pipeline: the start met messages to
+// deliver (or could not tell). It is false until Primed is closed.
+func (p *Poller) PrimeWoke() bool { return p.primeWoke.Load() }
+
+// PrimeTimeout bounds Prime, and how long Run waits for PrimeWith after AwaitPrime.
 const PrimeTimeout = 5 * time.Second
 
-// Run polls at once (unless Prime did), then every interval or when kicked, until ctx
-// ends.
+// Run polls at once (unless Prime did, or after AwaitPrime PrimeWith does in time), then
+// every interval or when kicked, until ctx ends.
 func (p *Poller) Run(ctx context.Context) error {
+	if p.awaiting {
+		t := time.NewTimer(PrimeTimeout)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-p.answered:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	primed := false
+	select {
+	case <-p.answered:
+		primed = p.primedOK.Load()
+	default:
+	}
 	failures := 0
-	for first := !p.primed; ; first = false {
+	for first := !primed; ; first = false {
 		if !first {
 			t := time.NewTimer(jitter(p.interval))
 			select {
@@ -92,7 +132,11 @@ func (p *Poller) Run(ctx context.Context) error {
 				t.Stop()
 			}
 		}
-		if _, err := p.poll(ctx); err != nil && ctx.Err() == nil {
+		woke, err := p.poll(ctx)
+		if first {
+			p.answer(err == nil, woke > 0)
+		}
+		if err != nil && ctx.Err() == nil {
 			failures++
 			if failures == 1 || failures%60 == 0 {
 				p.log.Warn("shared poll failed; every pipeline polls on its own", "err", err, "consecutive", failures)

@@ -155,12 +155,12 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		return nil, err
 	}
 	// LISTEN before the first poll, which so finds every row committed before: on the
-	// second start connection when the listener would open one like it, where the first
-	// poll is then asked too, beside the schema check on the first.
-	var firstPoll <-chan listened
+	// second start connection when the listener would open one like it, beside the
+	// schema check on the first; the listener asks the first poll on it (FirstPoll).
+	var listening <-chan listened
 	if early == nil && !listensApart(cfg) && !behind {
 		start.decide(behind)
-		firstPoll = start.listenAndPoll(ctx, n, d.store)
+		listening = start.listenOn(ctx, n)
 	}
 	// The schema is checked on the first start connection, with the simple protocol (a
 	// transaction pooler forwards it); then it goes back into the general pool, where
@@ -172,16 +172,15 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if err == nil {
 		err = start.settle(ctx, behind)
 	}
-	var first listened
-	if firstPoll != nil {
-		first = <-firstPoll
-		early = first.early // closed by the deferred closeEarly if the start fails
-		err = errors.Join(err, first.err)
+	if listening != nil {
+		l := <-listening
+		early = l.early // closed by the deferred closeEarly if the start fails
+		err = errors.Join(err, l.err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	earlyPolled := early != nil && firstPoll != nil
+	earlyPolled := early != nil && listening != nil
 	start.release()
 	if cfg.Janitor.Partitions.Enabled {
 		partitioned, err := d.store.Partitioned(ctx)
@@ -247,8 +246,16 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 		wakers = append(wakers, p)
 	}
 	d.poller = dispatch.NewPoller(sharedPoll(cfg.Streams), d.store, d.pipelines, logger)
-	d.listener = dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early, EarlyPolled: earlyPolled,
-		Connected: d.poller.Kick}, wakers, d.bus, logger)
+	lc := dispatch.ListenerConfig{Listen: listen, Early: early, EarlyPolled: earlyPolled, Connected: d.poller.Kick}
+	if earlyPolled {
+		d.poller.AwaitPrime()
+		lc.FirstPoll = func(ctx context.Context, conn *store.Notifications) {
+			pctx, cancel := context.WithTimeout(ctx, dispatch.PrimeTimeout)
+			defer cancel()
+			d.poller.PrimeWith(d.store.DueStreamsOn(pctx, conn))
+		}
+	}
+	d.listener = dispatch.NewListener(lc, wakers, d.bus, logger)
 	j := cfg.Janitor
 	jc := dispatch.JanitorConfig{Interval: j.Interval, ReclaimBatch: j.ReclaimBatch, Retention: j.Retention, PurgeBatch: j.PurgeBatch}
 	if j.Partitions.Enabled {
@@ -293,9 +300,7 @@ func NewDispatcher(ctx context.Context, cfg *config.Config, logger *slog.Logger,
 	if opt.Subscribe != nil {
 		opt.Subscribe(d.bus)
 	}
-	if earlyPolled {
-		d.poller.PrimeWith(first.due, first.dueErr)
-	} else {
+	if !earlyPolled {
 		d.poller.Prime(ctx)
 	}
 	return d, nil

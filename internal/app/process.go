@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events"
 	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/events/tracing"
@@ -100,9 +101,10 @@ func (o *outbox) options(migrate bool, tp trace.TracerProvider, tracingOn bool) 
 }
 
 // run waits for the outbox's database, builds its dispatcher and runs it until ctx
-// ends. connected is called once the dispatcher serves. An error names the outbox when
+// ends. connected is called once the dispatcher serves, with its shared poll, whose
+// first answer may still be on its way. An error names the outbox when
 // the process serves several.
-func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider, tracingOn bool, connected func(backlog bool)) error {
+func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider, tracingOn bool, connected func(*dispatch.Poller)) error {
 	wrap := func(err error) error {
 		if err == nil || !o.multi {
 			return err
@@ -132,7 +134,7 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 	o.metrics.ObserveListener(d.listener)
 	o.metrics.ObserveBus(d.bus, append([]string{"metrics", "admin-breakers", "failure-log"}, d.busSubscribers...)...)
 	o.disp.Store(d)
-	connected(d.poller.PrimeWoke())
+	connected(d.poller)
 	o.log.Info("dispatching", "streams", len(d.pipelines), "table", o.cfg.Table().String())
 	return wrap(d.Run(ctx))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/events/metrics"
 	"github.com/outboxd/outboxd/events/tracing"
 )
@@ -66,18 +68,25 @@ func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	var dispatching atomic.Int32
-	var backlog atomic.Bool
+	backlog := make(chan struct{}) // closed once an outbox's first poll woke a pipeline
+	var metBacklog sync.Once
 	for _, ob := range outboxes {
 		g.Go(func() error {
-			return ob.run(gctx, o.Migrate, tp, cfg.Tracing.Enabled, func(met bool) {
+			return ob.run(gctx, o.Migrate, tp, cfg.Tracing.Enabled, func(poll *dispatch.Poller) {
 				adm.serve(cfg, metricsHandler, logger)
-				if met {
-					backlog.Store(true)
-				}
+				go func() {
+					select {
+					case <-poll.Primed():
+						if poll.PrimeWoke() {
+							metBacklog.Do(func() { close(backlog) })
+						}
+					case <-gctx.Done():
+					}
+				}()
 				if int(dispatching.Add(1)) == len(outboxes) {
 					// Every outbox has started: what the start alone touched of the
 					// executable need not stay resident (startpages.go).
-					go releaseStartPagesAfter(gctx, startSettle, backlog.Load(), logger)
+					go releaseStartPagesAfter(gctx, startSettle, backlog, logger)
 				}
 			})
 		})

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/dispatch"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/table"
 )
@@ -185,25 +184,23 @@ func (s *startConns) adopt() *pgxpool.Pool {
 	return s.pool
 }
 
-// listened is what listenAndPoll did with the second connection.
+// listened is what listenOn did with the second connection.
 type listened struct {
 	// early is the listening connection as ListenerConfig.Early takes it; nil when
 	// LISTEN failed (the listener then opens its own, and Prime asks the first poll).
 	early chan *store.Notifications
-	// due and dueErr are the shared poll's first answer, asked after the LISTEN.
-	due    map[string]bool
-	dueErr error
-	err    error // the session could not be set: the start fails
+	err   error // the session could not be set: the start fails
 }
 
-// listenAndPoll makes the second connection the listener's, so that readiness waits
-// for two handshakes rather than three, and asks the shared poll's first question on
-// it: it settles the connection, LISTENs on t's channel and then asks, before the
-// listener ever waits, so that a row committed before the LISTEN is in the answer and
-// one committed after it notifies. It runs beside the schema check on the first
-// connection and answers on the channel. Call it only for a direct session on the URL
-// the listener would use (database_url, no database.listen_url), after decide.
-func (s *startConns) listenAndPoll(ctx context.Context, t table.Name, st *store.Store) <-chan listened {
+// listenOn makes the second connection the listener's, so that readiness waits for two
+// handshakes rather than three: it settles the connection and LISTENs on t's channel,
+// beside the schema check on the first connection, and answers on the channel. The
+// shared poll's first question is asked on it later, by the listener, after the LISTEN
+// and before its first wait (ListenerConfig.FirstPoll), so that a row committed before
+// the LISTEN is in the answer and one committed after it notifies, and readiness does
+// not wait for the answer. Call it only for a direct session on the URL the listener
+// would use (database_url, no database.listen_url), after decide.
+func (s *startConns) listenOn(ctx context.Context, t table.Name) <-chan listened {
 	conn := s.second.Hijack()
 	s.second = nil
 	out := make(chan listened, 1)
@@ -218,11 +215,7 @@ func (s *startConns) listenAndPoll(ctx context.Context, t table.Name, st *store.
 			out <- listened{}
 			return
 		}
-		var l listened
-		pctx, cancel := context.WithTimeout(ctx, dispatch.PrimeTimeout)
-		l.due, l.dueErr = st.DueStreamsOn(pctx, n)
-		cancel()
-		l.early = make(chan *store.Notifications, 1)
+		l := listened{early: make(chan *store.Notifications, 1)}
 		l.early <- n
 		out <- l
 	}()
