@@ -31,9 +31,11 @@ const (
 // backoff and logging one line per failed attempt. It gives up when ctx ends or, if
 // database.connect_timeout is set, once that has passed. A database_url that does not
 // parse, or credentials the server refuses, are not worth waiting for and fail at once.
-// notReady hears why the database is not reachable yet, for /readyz.
-func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logger, notReady func(string)) (*startConns, error) {
+// notReady hears why the database is not reachable yet, for /readyz. The first attempt
+// is first's when it has one (begun earlier, tryStart).
+func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logger, notReady func(string), first *startTry) (*startConns, error) {
 	if _, err := pgx.ParseConfig(cfg.DatabaseURL); err != nil {
+		first.discard()
 		return nil, fmt.Errorf("database_url: %w", config.RedactParseError(err))
 	}
 	start := time.Now()
@@ -45,7 +47,10 @@ func waitForDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logge
 	}
 	wait := connectBackoffInitial
 	for attempt := 1; ; attempt++ {
-		conns, err := openStart(ctx, cfg)
+		conns, tried, err := first.take(ctx)
+		if !tried {
+			conns, err = openStart(ctx, cfg)
+		}
 		if err == nil {
 			if attempt > 1 {
 				logger.Info("database reachable", "attempts", attempt, "waited", time.Since(start).Round(time.Millisecond).String())

@@ -38,6 +38,7 @@ type outbox struct {
 	version  string // the build version, for the console's replicas page
 	disp     atomic.Pointer[Dispatcher]
 	reason   atomic.Pointer[string]
+	first    *startTry // its first attempt at the start connections, begun by Run
 }
 
 // newOutboxes builds an outbox per served table, registering its metrics on reg.
@@ -119,7 +120,7 @@ func (o *outbox) run(ctx context.Context, migrate bool, tp trace.TracerProvider,
 			opt.early = listenEarly(ctx, listen)
 		}
 	}
-	conns, err := waitForDatabase(ctx, o.cfg, o.log, o.notReady)
+	conns, err := waitForDatabase(ctx, o.cfg, o.log, o.notReady, o.first)
 	if err != nil {
 		if opt.early != nil {
 			go closeEarly(ctx, opt.early)

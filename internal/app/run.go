@@ -41,6 +41,17 @@ func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 	if err := cfg.RequireStreams(); err != nil {
 		return err
 	}
+	// Each outbox's first connections begin to open now, while the rest is set up
+	// (startTry); an outbox's waitForDatabase takes them, and what none took is closed.
+	tries := map[string]*startTry{}
+	for _, o := range cfg.Served() {
+		tries[o.Name] = tryStart(ctx, cfg.ForOutbox(o))
+	}
+	defer func() {
+		for _, t := range tries {
+			t.discard()
+		}
+	}()
 
 	tp, shutdownTracing, err := tracing.Setup(ctx, cfg.Tracing, version)
 	if err != nil {
@@ -56,6 +67,9 @@ func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	outboxes := newOutboxes(cfg, reg, version, logger)
+	for _, ob := range outboxes {
+		ob.first = tries[ob.name]
+	}
 
 	// The admin endpoints come first, so that /readyz can say why while run waits for
 	// PostgreSQL; --migrate then runs once the database answers.

@@ -255,3 +255,48 @@ func closeConn(conn *pgx.Conn) {
 	defer cancel()
 	_ = conn.Close(ctx)
 }
+
+// startTry is the first attempt to open an outbox's start connections, begun as run
+// begins: its handshakes, which wait mostly on the server, overlap the tracer, the
+// metrics and the admin listener being set up instead of following them. One caller
+// takes its outcome (waitForDatabase, as its first attempt); otherwise discard closes
+// what it opened.
+type startTry struct {
+	done  chan struct{}
+	conns *startConns
+	err   error
+	taken atomic.Bool
+}
+
+// tryStart begins openStart for cfg.
+func tryStart(ctx context.Context, cfg *config.Config) *startTry {
+	t := &startTry{done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		t.conns, t.err = openStart(ctx, cfg)
+	}()
+	return t
+}
+
+// take waits for the attempt and returns what it opened; tried is false when there is
+// no attempt to take (t is nil or was taken or discarded), and the caller opens its own.
+func (t *startTry) take(ctx context.Context) (conns *startConns, tried bool, err error) {
+	if t == nil || !t.taken.CompareAndSwap(false, true) {
+		return nil, false, nil
+	}
+	select {
+	case <-t.done:
+		return t.conns, true, t.err
+	case <-ctx.Done():
+		go func() { <-t.done; t.conns.close() }()
+		return nil, true, ctx.Err()
+	}
+}
+
+// discard closes what the attempt opens, unless it was taken.
+func (t *startTry) discard() {
+	if t == nil || !t.taken.CompareAndSwap(false, true) {
+		return
+	}
+	go func() { <-t.done; t.conns.close() }()
+}
