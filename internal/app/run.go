@@ -37,21 +37,25 @@ type RunOptions struct {
 func Run(ctx context.Context, cfg *config.Config, o RunOptions) error {
 	version := o.Version
 	logger := NewLogger(cfg.Log, o.Log)
-	logger.Info("outboxd starting", "version", version, "config", cfg)
-	if err := cfg.RequireStreams(); err != nil {
-		return err
-	}
-	// Each outbox's first connections begin to open now, while the rest is set up
-	// (startTry); an outbox's waitForDatabase takes them, and what none took is closed.
+	// Each outbox's first connections begin to open now, while the rest is set up, the
+	// first log line included (startTry); an outbox's waitForDatabase takes them, and
+	// what none took is closed.
+	streamless := cfg.RequireStreams()
 	tries := map[string]*startTry{}
-	for _, o := range cfg.Served() {
-		tries[o.Name] = tryStart(ctx, cfg.ForOutbox(o))
+	if streamless == nil {
+		for _, o := range cfg.Served() {
+			tries[o.Name] = tryStart(ctx, cfg.ForOutbox(o))
+		}
 	}
 	defer func() {
 		for _, t := range tries {
 			t.discard()
 		}
 	}()
+	logger.Info("outboxd starting", "version", version, "config", cfg)
+	if streamless != nil {
+		return streamless
+	}
 
 	tp, shutdownTracing, err := tracing.Setup(ctx, cfg.Tracing, version)
 	if err != nil {
