@@ -83,10 +83,7 @@ func TestRunsOwnFirstPollIsTheStartsAnswerToo(t *testing.T) {
 func TestTheListenersFirstPollRunsOnItsEarlyConnectionOnceItCountsAsConnected(t *testing.T) {
 	t.Parallel()
 	f, a, asked, listen := askingListener(t)
-	conn, err := store.Listen(f.ctx, listen)
-	must(t, err)
-	early := make(chan *store.Notifications, 1)
-	early <- conn
+	conn, early := earlyListening(t, f, listen)
 	var l *dispatch.Listener
 	polling, release := make(chan bool, 1), make(chan struct{})
 	var polledOn *store.Notifications

@@ -131,10 +131,7 @@ func TestAReconnectedListenerAsksTheSharedPollInsteadOfWakingEveryPipeline(t *te
 func TestAListenerWhoseEarlyConnectionListenedBeforeTheFirstPollAsksForNoPollUntilItReconnects(t *testing.T) {
 	t.Parallel()
 	f, a, asked, listen := askingListener(t)
-	conn, err := store.Listen(f.ctx, listen)
-	must(t, err)
-	early := make(chan *store.Notifications, 1)
-	early <- conn
+	_, early := earlyListening(t, f, listen)
 	l := dispatch.NewListener(dispatch.ListenerConfig{Listen: listen, Early: early, EarlyPolled: true,
 		Connected: func() { asked <- struct{}{} }}, []dispatch.Waker{a}, newRecorder(), nil)
 	f.insert(t, "a", 1) // after LISTEN, before Run: the notification waits on the connection
@@ -175,6 +172,17 @@ func askingListener(t *testing.T) (*fixture, *fakeWaker, chan struct{}, store.Li
 	must(t, err)
 	return f, &fakeWaker{stream: "a", woken: make(chan struct{}, 1)}, make(chan struct{}, 1),
 		store.ListenConfig{Conn: cfg, Table: f.pg.Table}
+}
+
+// earlyListening opens a listening connection as the start hands one to the listener
+// (ListenerConfig.Early), and returns it with the channel that holds it.
+func earlyListening(t *testing.T, f *fixture, listen store.ListenConfig) (*store.Notifications, chan *store.Notifications) {
+	t.Helper()
+	conn, err := store.Listen(f.ctx, listen)
+	must(t, err)
+	early := make(chan *store.Notifications, 1)
+	early <- conn
+	return conn, early
 }
 
 // countingDue is a DueFinder that counts its questions and finds nothing due; with hang
