@@ -102,16 +102,8 @@ const PrimeTimeout = 5 * time.Second
 // Run polls at once (unless Prime did, or after AwaitPrime PrimeWith does in time), then
 // every interval or when kicked, until ctx ends.
 func (p *Poller) Run(ctx context.Context) error {
-	if p.awaiting {
-		t := time.NewTimer(PrimeTimeout)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-p.answered:
-		case <-t.C:
-		}
-		t.Stop()
+	if p.awaiting && !waitOrSignal(ctx, PrimeTimeout, p.answered) {
+		return nil
 	}
 	primed := false
 	select {
@@ -121,16 +113,8 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	failures := 0
 	for first := !primed; ; first = false {
-		if !first {
-			t := time.NewTimer(jitter(p.interval))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
-			case <-p.kick:
-				t.Stop()
-			}
+		if !first && !waitOrSignal(ctx, jitter(p.interval), p.kick) {
+			return nil
 		}
 		woke, err := p.poll(ctx)
 		if first {
@@ -145,6 +129,19 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 		failures = 0
 	}
+}
+
+// waitOrSignal waits d or until signal delivers, and reports false if ctx ended first.
+func waitOrSignal(ctx context.Context, d time.Duration, signal <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-signal:
+	}
+	return true
 }
 
 // poll wakes the pipelines whose streams are due, or every pipeline when it cannot tell,
