@@ -68,22 +68,33 @@ func (b *bench) floorStarts(ctx context.Context, environ []string) error {
 	return nil
 }
 
-// withFloors adds to ready the floors' medians over their starts and outboxd ÷ each.
-func (ready benchReady) withFloors(plain, linked floor) benchReady {
+// floorFigures are one floor's medians over its starts and outboxd ÷ each.
+type floorFigures struct {
+	starts                  int
+	dispatching, readyz     float64
+	dispatchingTo, readyzTo float64
+}
+
+// figures are f's medians over its starts and outboxd's (in ready) ÷ each.
+func (f floor) figures(ready benchReady) floorFigures {
 	ratio := func(outboxd, floor float64) float64 {
 		if outboxd == 0 || floor == 0 {
 			return 0
 		}
 		return round(outboxd/floor, 2)
 	}
-	f := readyFigures(plain.starts)
-	ready.FloorStarts, ready.FloorDispatchingMs, ready.FloorReadyzMs = len(plain.starts), f.DispatchingMs, f.ReadyzMs
-	ready.DispatchingToFloor = ratio(ready.DispatchingMs, ready.FloorDispatchingMs)
-	ready.ReadyzToFloor = ratio(ready.ReadyzMs, ready.FloorReadyzMs)
-	l := readyFigures(linked.starts)
-	ready.FloorLinkedStarts, ready.FloorLinkedDispatchingMs, ready.FloorLinkedReadyzMs = len(linked.starts), l.DispatchingMs, l.ReadyzMs
-	ready.DispatchingToFloorLinked = ratio(ready.DispatchingMs, ready.FloorLinkedDispatchingMs)
-	ready.ReadyzToFloorLinked = ratio(ready.ReadyzMs, ready.FloorLinkedReadyzMs)
+	m := readyFigures(f.starts)
+	return floorFigures{starts: len(f.starts), dispatching: m.DispatchingMs, readyz: m.ReadyzMs,
+		dispatchingTo: ratio(ready.DispatchingMs, m.DispatchingMs), readyzTo: ratio(ready.ReadyzMs, m.ReadyzMs)}
+}
+
+// withFloors adds to ready the floors' medians over their starts and outboxd ÷ each.
+func (ready benchReady) withFloors(plain, linked floor) benchReady {
+	p, l := plain.figures(ready), linked.figures(ready)
+	ready.FloorStarts, ready.FloorDispatchingMs, ready.FloorReadyzMs = p.starts, p.dispatching, p.readyz
+	ready.DispatchingToFloor, ready.ReadyzToFloor = p.dispatchingTo, p.readyzTo
+	ready.FloorLinkedStarts, ready.FloorLinkedDispatchingMs, ready.FloorLinkedReadyzMs = l.starts, l.dispatching, l.readyz
+	ready.DispatchingToFloorLinked, ready.ReadyzToFloorLinked = l.dispatchingTo, l.readyzTo
 	ready.floorMissing, ready.floorLinkedMissing = plain.missing, linked.missing
 	return ready
 }
@@ -94,20 +105,21 @@ func printReady(w io.Writer, head string, r benchReady) {
 	fmt.Fprintf(w, "%sexec → dispatching %.1f ms, exec → /readyz 200 %.1f ms (median of %d drains)\n",
 		head, r.DispatchingMs, r.ReadyzMs, r.Drains)
 	indent := fmt.Sprintf("%*s", len([]rune(head)), "")
+	printFloor(w, indent, "floor ("+floorProgram+": one connection, /readyz by SELECT 1)", "floor", "floor", r.floorMissing,
+		floorFigures{r.FloorStarts, r.FloorDispatchingMs, r.FloorReadyzMs, r.DispatchingToFloor, r.ReadyzToFloor})
+	printFloor(w, indent, "floor with outboxd's packages linked ("+floorLinkedProgram+")", "it", "floor with outboxd's packages linked",
+		r.floorLinkedMissing, floorFigures{r.FloorLinkedStarts, r.FloorLinkedDispatchingMs, r.FloorLinkedReadyzMs,
+			r.DispatchingToFloorLinked, r.ReadyzToFloorLinked})
+}
+
+// printFloor writes one floor's line under printReady's: named, its figures and outboxd
+// ÷ them (called it), or, when it was not measured, where it was looked for.
+func printFloor(w io.Writer, indent, named, it, short, missing string, f floorFigures) {
 	switch {
-	case r.FloorStarts > 0:
-		fmt.Fprintf(w, "%sfloor (%s: one connection, /readyz by SELECT 1) %.1f ms, %.1f ms (median of %d starts); outboxd ÷ floor %.2f, %.2f\n",
-			indent, floorProgram, r.FloorDispatchingMs, r.FloorReadyzMs, r.FloorStarts, r.DispatchingToFloor, r.ReadyzToFloor)
-	case r.floorMissing != "":
-		fmt.Fprintf(w, "%sfloor not measured: no %s (make build builds it beside outboxd)\n", indent, r.floorMissing)
-	}
-	switch {
-	case r.FloorLinkedStarts > 0:
-		fmt.Fprintf(w, "%sfloor with outboxd's packages linked (%s) %.1f ms, %.1f ms (median of %d starts); outboxd ÷ it %.2f, %.2f\n",
-			indent, floorLinkedProgram, r.FloorLinkedDispatchingMs, r.FloorLinkedReadyzMs, r.FloorLinkedStarts,
-			r.DispatchingToFloorLinked, r.ReadyzToFloorLinked)
-	case r.floorLinkedMissing != "":
-		fmt.Fprintf(w, "%sfloor with outboxd's packages linked not measured: no %s (make build builds it beside outboxd)\n",
-			indent, r.floorLinkedMissing)
+	case f.starts > 0:
+		fmt.Fprintf(w, "%s%s %.1f ms, %.1f ms (median of %d starts); outboxd ÷ %s %.2f, %.2f\n",
+			indent, named, f.dispatching, f.readyz, f.starts, it, f.dispatchingTo, f.readyzTo)
+	case missing != "":
+		fmt.Fprintf(w, "%s%s not measured: no %s (make build builds it beside outboxd)\n", indent, short, missing)
 	}
 }
