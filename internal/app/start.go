@@ -31,7 +31,7 @@ const (
 // pooler probe's questions on the two and checks the schema on the first (where the
 // first /readyz asks again, on a session that has read that table's catalog already);
 // then the second becomes the listener's, when the listener would open one like it
-// (listen), and the rest go back into the pool, which the dispatcher keeps. Each
+// (listenOn), and the rest go back into the pool, which the dispatcher keeps. Each
 // connection's handshake (TLS included, and the server's fork of a process for it) is
 // most of what it costs: the way to ready opens two at once, the fewest the probe can
 // answer with, and /readyz finds the pool's connection open instead of waiting for one
