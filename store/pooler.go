@@ -75,22 +75,20 @@ func BehindPoolerOn(ctx context.Context, first, second *pgx.Conn) (bool, error) 
 	// each answer is a new session's first statement, which costs the server most of a
 	// round trip's time. A pooler may serve two questions at once from two server
 	// sessions, so a shared pid cannot be looked for here but can be in the rounds after.
-	var b int32
-	var errB error
-	asked := make(chan struct{})
-	go func() {
-		defer close(asked)
-		b, errB = pid(second)
-	}()
-	a, errA := pid(first)
-	<-asked
-	if err := cmp.Or(errA, errB); err != nil {
+	var pids [2]int32
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, conn := range []*pgx.Conn{first, second} {
+		wg.Go(func() { pids[i], errs[i] = pid(conn) })
+	}
+	wg.Wait()
+	if err := cmp.Or(errs[0], errs[1]); err != nil {
 		return false, err
 	}
-	if a == b {
+	if pids[0] == pids[1] {
 		return true, nil
 	}
-	if uint32(a) == first.PgConn().PID() && uint32(b) == second.PgConn().PID() {
+	if uint32(pids[0]) == first.PgConn().PID() && uint32(pids[1]) == second.PgConn().PID() {
 		return false, nil // each is the server process that began it: no pooler between
 	}
 	for range poolerRounds {
