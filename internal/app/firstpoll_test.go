@@ -57,22 +57,11 @@ func TestTheStartIsReadyWhileItsFirstPollWaits(t *testing.T) {
 		cancel()
 		must(t, <-done)
 	}()
-	waitUntil(t, "the listener connected while the first poll waits on the lock", func() bool { return d.ListenerConnected() })
+	eventually(t, 5*time.Second, "the listener connected while the first poll waits on the lock", d.ListenerConnected)
 	must(t, lock.Rollback(t.Context()))
-	waitUntil(t, "the row committed before the start delivered on the first poll's answer", func() bool {
+	eventually(t, 5*time.Second, "the row committed before the start delivered on the first poll's answer", func() bool {
 		var status string
 		must(t, pg.Pool.QueryRow(t.Context(), `SELECT status FROM `+pg.Table.String()+` WHERE id = $1`, id).Scan(&status))
 		return status == "delivered"
 	})
-}
-
-// waitUntil polls cond every 10ms for up to 5s and fails the test naming what with
-// if it never holds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-	}
 }
