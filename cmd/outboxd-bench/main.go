@@ -23,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/cli"
 )
 
@@ -43,6 +44,14 @@ type env struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if claimer, err := bench.Claimer(ctx, os.Environ(), os.Stdin, os.Stdout); claimer {
+		stop()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "outboxd-bench: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := run(ctx, env{args: os.Args[1:], environ: os.Environ(), stdout: os.Stdout, stderr: os.Stderr})
 	stop()
 	os.Exit(code)

@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"flag"
-	"github.com/outboxd/outboxd/router/drivers"
+	"fmt"
 	"io"
 	"os"
 	"reflect"
@@ -18,10 +18,22 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/router/drivers"
 	"github.com/outboxd/outboxd/store"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain runs the tests, or, started by databaseAloneProcesses, a claimer process:
+// there this test binary is the executable the bench starts.
+func TestMain(m *testing.M) {
+	if claimer, err := Claimer(context.Background(), os.Environ(), os.Stdin, os.Stdout); claimer {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	testenv.Main(m)
+}
 
 // optionsFrom fills Options from the flags in args that the tests here use, as
 // cmd/outboxd-bench's flags would.

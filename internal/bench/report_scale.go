@@ -58,6 +58,16 @@ func printScale(w io.Writer, r *benchReport) {
 				x.RatioToOne, x.DispatcherCPUSeconds, db, x.PeakConnections, x.LeaseConflicts, x.Duplicates, x.Missing,
 				thousands(x.SQLCeilingMsgsPerSec), alone, x.SQLCeilingRatioToOne, x.RatioToSQLCeilingRatio)
 		}
+		fmt.Fprintf(w, "the database alone in N processes of their own, each one replica's claimers\n")
+		fmt.Fprintf(w, "%-10s %4s %12s %10s %12s %8s %10s\n", "driver", "N", "msg/s", "db CPU s", "claimers CPU", "÷ N=1", "÷ theirs")
+		for _, x := range r.Replicas {
+			db := "n/a"
+			if x.ProcsDatabaseCPUSeconds != nil {
+				db = strconv.FormatFloat(*x.ProcsDatabaseCPUSeconds, 'f', 2, 64)
+			}
+			fmt.Fprintf(w, "%-10s %4d %12s %10s %12.2f %8.3f %10.3f\n", x.Driver, x.Replicas, thousands(x.ProcsMsgsPerSec),
+				db, x.ProcsCPUSeconds, x.ProcsRatioToOne, x.RatioToProcsRatio)
+		}
 		fmt.Fprintln(w)
 	}
 	if m := r.ManyStreams; m != nil {

@@ -143,13 +143,22 @@ type benchReplicaRun struct {
 	SQLCeilingDatabaseCPUSeconds *float64 `json:"sql_ceiling_database_cpu_seconds"`
 	SQLCeilingRatioToOne         float64  `json:"sql_ceiling_ratio_to_one"`
 	RatioToSQLCeilingRatio       float64  `json:"ratio_to_sql_ceiling_ratio"`
+	// The same in N processes of the bench's own (databaseAloneProcesses), each with
+	// one replica's claimers on sessions of its own, started together: what N replica
+	// processes leave on this machine with no dispatcher's work; the claimer processes'
+	// own CPU seconds over it.
+	ProcsMsgsPerSec         float64  `json:"sql_ceiling_processes_msgs_per_sec"`
+	ProcsDatabaseCPUSeconds *float64 `json:"sql_ceiling_processes_database_cpu_seconds"`
+	ProcsCPUSeconds         float64  `json:"sql_ceiling_processes_cpu_seconds"`
+	ProcsRatioToOne         float64  `json:"sql_ceiling_processes_ratio_to_one"`
+	RatioToProcsRatio       float64  `json:"ratio_to_sql_ceiling_processes_ratio"`
 }
 
 // replicas drains a fresh backlog once per replica count, for each driver.
 func (b *bench) replicas(ctx context.Context) ([]benchReplicaRun, error) {
 	var out []benchReplicaRun
 	for _, driver := range b.opt.set.Drivers {
-		var one, oneCeiling float64
+		var one, oneCeiling, oneProcs float64
 		for _, n := range b.opt.set.Replicas {
 			d, err := b.drainWith(ctx, drainSpec{driver: driver, replicas: n, sampleConnections: true})
 			if err != nil {
@@ -167,12 +176,19 @@ func (b *bench) replicas(ctx context.Context) ([]benchReplicaRun, error) {
 				return out, err
 			}
 			r.SQLCeilingMsgsPerSec, r.SQLCeilingDatabaseCPUSeconds = ceiling.MsgsPerSec, cpu
-			if n == 1 {
-				one, oneCeiling = d.MsgsPerSec, ceiling.MsgsPerSec
+			procs, err := b.databaseAloneProcesses(ctx, n)
+			if err != nil {
+				return out, err
 			}
+			r.ProcsMsgsPerSec, r.ProcsDatabaseCPUSeconds, r.ProcsCPUSeconds = procs.MsgsPerSec, procs.serverCPU, procs.claimersCPU
+			if n == 1 {
+				one, oneCeiling, oneProcs = d.MsgsPerSec, ceiling.MsgsPerSec, procs.MsgsPerSec
+			}
+			r.ProcsRatioToOne = ratioOf(procs.MsgsPerSec, oneProcs)
 			r.RatioToOne = ratioOf(d.MsgsPerSec, one)
 			r.SQLCeilingRatioToOne = ratioOf(ceiling.MsgsPerSec, oneCeiling)
 			r.RatioToSQLCeilingRatio = ratioOf(r.RatioToOne, r.SQLCeilingRatioToOne)
+			r.RatioToProcsRatio = ratioOf(r.RatioToOne, r.ProcsRatioToOne)
 			out = append(out, r)
 		}
 	}

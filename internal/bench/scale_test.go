@@ -15,7 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/producer"
+	"github.com/outboxd/outboxd/store"
 )
 
 var built struct {
@@ -114,8 +119,52 @@ func TestReplicasModeDrainsOneBacklogWithEveryReplicaCountAndCountsEachMessageOn
 		!near(three.RatioToSQLCeilingRatio, three.RatioToOne/three.SQLCeilingRatioToOne) {
 		t.Errorf("the database alone's ratios: %+v and %+v", one, three)
 	}
+	// The database alone in as many processes: each moved its share of a backlog of
+	// 3000 (databaseAloneProcesses fails the run when the shares do not add up), and its
+	// ratios follow from its rates.
+	for _, x := range r.Replicas {
+		if x.ProcsMsgsPerSec <= 0 || x.ProcsCPUSeconds <= 0 || x.ProcsDatabaseCPUSeconds == nil || *x.ProcsDatabaseCPUSeconds <= 0 {
+			t.Errorf("%d replicas: the database alone in processes %v msg/s, their CPU %v, the server's %v; want a rate and two figures",
+				x.Replicas, x.ProcsMsgsPerSec, x.ProcsCPUSeconds, x.ProcsDatabaseCPUSeconds)
+		}
+	}
+	if one.ProcsRatioToOne != 1 || one.RatioToProcsRatio != 1 ||
+		!near(three.ProcsRatioToOne, three.ProcsMsgsPerSec/one.ProcsMsgsPerSec) ||
+		!near(three.RatioToProcsRatio, three.RatioToOne/three.ProcsRatioToOne) {
+		t.Errorf("the database alone in processes, ratios: %+v and %+v", one, three)
+	}
 	if !r.OK || r.Missing != 0 || len(r.Drivers) != 0 {
 		t.Errorf("ok %v, missing %d, %d default drains (a scale mode runs alone)", r.OK, r.Missing, len(r.Drivers))
+	}
+}
+
+func TestAClaimerProcessRunsOnlyWhenItsRoleIsSetAndSaysWhatItCouldNotRead(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	ran, err := Claimer(t.Context(), []string{"OUTBOXD_DATABASE_URL=postgres://x"}, strings.NewReader(""), &out)
+	if ran || err != nil || out.Len() != 0 {
+		t.Errorf("without %s: ran %v, err %v, wrote %q; want nothing done", claimerRole, ran, err, out.String())
+	}
+	ran, err = Claimer(t.Context(), []string{claimerRole + "={not json"}, strings.NewReader(""), &out)
+	if !ran || err == nil || !strings.Contains(err.Error(), claimerRole) || out.Len() != 0 {
+		t.Errorf("with a job it cannot read: ran %v, err %v, wrote %q; want an error naming %s", ran, err, out.String(), claimerRole)
+	}
+}
+
+func TestClaimerProcessesMoveTheWholeBacklogTogetherAndEachOnlyItsOwnRows(t *testing.T) {
+	t.Parallel()
+	b := newTestBench(t)
+	b.opt.set.Messages = 2000
+	r, err := b.databaseAloneProcesses(t.Context(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Messages != 2000 || r.MsgsPerSec <= 0 || r.claimersCPU <= 0 {
+		t.Errorf("moved %d at %v msg/s, claimers' CPU %v; want 2000, a rate and a figure", r.Messages, r.MsgsPerSec, r.claimersCPU)
+	}
+	undelivered, err := b.store.BenchUndelivered(t.Context(), new(store.BenchBacklogMark))
+	if err != nil || undelivered {
+		t.Errorf("after the claimers: undelivered rows %v (%v), want none", undelivered, err)
 	}
 }
 
@@ -319,4 +368,32 @@ func TestReplicaSessionsThatCannotOpenReturnOnlyTheError(t *testing.T) {
 	if stores != nil || closeStores != nil {
 		t.Errorf("a failure returned stores %v and a close function; the caller would use them", stores)
 	}
+}
+
+// newTestBench is a bench on a migrated database of the test's own, with one stream and
+// the dispatcher's default claims, set up as Run sets one up for its phases.
+func newTestBench(t *testing.T) *bench {
+	t.Helper()
+	dsn := testenv.EmptyDatabase(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := migrations.Up(t.Context(), dsn, benchTable); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := producer.New(benchTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(pool, benchTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{pool: pool, store: st, writer: writer, payload: []byte("payload"), streams: benchStreams(1),
+		progress: newProgress(io.Discard, false)}
+	b.opt.dsn, b.opt.timeout = dsn, 2*time.Minute
+	b.opt.set.Keys, b.opt.set.BatchSize, b.opt.set.Concurrency, b.opt.set.Ack = 10, 100, 2, benchAckUpdate
+	return b
 }
