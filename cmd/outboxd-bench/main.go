@@ -43,15 +43,8 @@ type env struct {
 }
 
 func main() {
+	bench.ExitIfClaimer() // the replicas mode's claimer processes are this executable
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if claimer, err := bench.Claimer(ctx, os.Environ(), os.Stdin, os.Stdout); claimer {
-		stop()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "outboxd-bench: %v\n", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
 	code := run(ctx, env{args: os.Args[1:], environ: os.Environ(), stdout: os.Stdout, stderr: os.Stderr})
 	stop()
 	os.Exit(code)

@@ -7,10 +7,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxd/outboxd/internal/bench"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain runs the tests, or a claimer process of the replicas mode when a bench run
+// here starts this test binary as one.
+func TestMain(m *testing.M) {
+	bench.ExitIfClaimer()
+	testenv.Main(m)
+}
 
 // outboxdBench runs one command in-process and returns its exit status and output.
 func outboxdBench(t *testing.T, environ []string, args ...string) (code int, stdout, stderr string) {

@@ -47,13 +47,28 @@ type claimerDone struct {
 	Err        string  `json:"err,omitempty"`
 }
 
-// Claimer runs this process as a database-alone claimer when environ names the role,
+// ExitIfClaimer makes this process a database-alone claimer (runClaimer) and exits, with
+// status 1 after an error, when its environment names the role; otherwise it returns at
+// once. outboxd-bench's main and the test binaries that may run the replicas mode call it
+// first: the bench starts its claimers from its own executable.
+func ExitIfClaimer() {
+	ran, err := runClaimer(context.Background(), os.Environ(), os.Stdin, os.Stdout)
+	if !ran {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "outboxd-bench: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runClaimer runs this process as a database-alone claimer when environ names the role,
 // and reports whether it did: it opens its sessions, writes "ready" to stdout, waits for
 // a line on stdin, moves rows until a claim from the start finds none, writes its
 // claimerDone as JSON, and returns at the next line or the end of stdin, so that its
-// sessions stay open until the bench has read the server's CPU. Callers exit with
-// status 1 on an error, 0 otherwise.
-func Claimer(ctx context.Context, environ []string, stdin io.Reader, stdout io.Writer) (bool, error) {
+// sessions stay open until the bench has read the server's CPU.
+func runClaimer(ctx context.Context, environ []string, stdin io.Reader, stdout io.Writer) (bool, error) {
 	raw := lookupEnv(environ, claimerRole)
 	if raw == "" {
 		return false, nil
@@ -124,7 +139,7 @@ type aloneRun struct {
 }
 
 // databaseAloneProcesses fills a backlog of --messages rows and moves it with n claimer
-// processes (Claimer) of this executable, each with the concurrency claimers a stream a
+// processes (runClaimer) of this executable, each with the concurrency claimers a stream a
 // dispatcher would have, started together once every one has opened its sessions. It
 // returns the rate from the start to the last one's result, the server's CPU over that
 // and the claimers' own.

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"reflect"
@@ -22,16 +21,10 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// TestMain runs the tests, or, started by databaseAloneProcesses, a claimer process:
-// there this test binary is the executable the bench starts.
+// TestMain runs the tests, or a claimer process of the replicas mode when a bench run
+// here starts this test binary as one.
 func TestMain(m *testing.M) {
-	if claimer, err := Claimer(context.Background(), os.Environ(), os.Stdin, os.Stdout); claimer {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	ExitIfClaimer()
 	testenv.Main(m)
 }
 

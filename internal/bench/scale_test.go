@@ -141,11 +141,11 @@ func TestReplicasModeDrainsOneBacklogWithEveryReplicaCountAndCountsEachMessageOn
 func TestAClaimerProcessRunsOnlyWhenItsRoleIsSetAndSaysWhatItCouldNotRead(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
-	ran, err := Claimer(t.Context(), []string{"OUTBOXD_DATABASE_URL=postgres://x"}, strings.NewReader(""), &out)
+	ran, err := runClaimer(t.Context(), []string{"OUTBOXD_DATABASE_URL=postgres://x"}, strings.NewReader(""), &out)
 	if ran || err != nil || out.Len() != 0 {
 		t.Errorf("without %s: ran %v, err %v, wrote %q; want nothing done", claimerRole, ran, err, out.String())
 	}
-	ran, err = Claimer(t.Context(), []string{claimerRole + "={not json"}, strings.NewReader(""), &out)
+	ran, err = runClaimer(t.Context(), []string{claimerRole + "={not json"}, strings.NewReader(""), &out)
 	if !ran || err == nil || !strings.Contains(err.Error(), claimerRole) || out.Len() != 0 {
 		t.Errorf("with a job it cannot read: ran %v, err %v, wrote %q; want an error naming %s", ran, err, out.String(), claimerRole)
 	}
