@@ -109,6 +109,12 @@ func TestBenchQuickReportsEveryFigureAndNoMissingMessage(t *testing.T) {
 				"known, busy in (0, 1.5], µs/msg at least the database's and bench's share, a positive ratio", name,
 				dr.DatabaseCPUSeconds, dr.BenchCPUSeconds, dr.CPUBusy, dr.CPUUsPerMsg, dr.CPURatioToDiscard)
 		}
+		// The embedded brokers and the http sink work in the bench's process, the
+		// postgres destination in the database: only the first have a bound of their own.
+		inBench := map[string]bool{"discard": true, "jetstream": true, "kafka": true, "nats": true, "http": true}
+		if b := d.Drain.BrokerBoundRatioToDiscard; inBench[name] != (b > 0) || b > 1 {
+			t.Errorf("%s: best ratio to discard with its broker %v; want one in (0, 1] exactly where the bench runs the destination", name, b)
+		}
 		if l := d.LatencyIdle; l.P50Ms > l.P90Ms || l.P90Ms > l.P99Ms || l.P99Ms > l.MaxMs {
 			t.Errorf("%s: idle percentiles out of order: %+v", name, l)
 		}

@@ -39,6 +39,11 @@ type benchDest struct {
 	// the keys of its drivers.<name> section (BROKERS, URL, ...) and their values: the
 	// child is configured through OUTBOXD_ variables (benchEnviron).
 	environ func(o router.Options) map[string]string
+	// inBench reports whether, with these options, the destination does its work in the
+	// bench's own process (an embedded broker, an in-process sink), so that the drain's
+	// bench_cpu_seconds holds it and broker_bound_ratio_to_discard can be computed; nil:
+	// it does not.
+	inBench func(o Options) bool
 	// arrivals prepares the count of one drain before its dispatcher starts (a queue
 	// emptied, a high-water mark read); its count runs once the dispatcher has stopped.
 	arrivals func(ctx context.Context, b *bench) (arrivalCounter, error)
@@ -49,6 +54,7 @@ var benchDests = []benchDest{
 	{typ: discard.Type, byDefault: true,
 		options:  func(benchOptions) router.Options { return discard.DefaultOptions() },
 		environ:  func(router.Options) map[string]string { return nil },
+		inBench:  func(Options) bool { return true }, // nothing to do: the bound is 1
 		arrivals: func(context.Context, *bench) (arrivalCounter, error) { return discardCounter{}, nil }},
 	{typ: jsdrv.Type, byDefault: true,
 		options: func(o benchOptions) router.Options {
@@ -57,6 +63,7 @@ var benchDests = []benchDest{
 			return j
 		},
 		environ:  func(o router.Options) map[string]string { return map[string]string{"URL": o.(jsdrv.Options).URL} },
+		inBench:  func(o Options) bool { return o.NATSURL == "" },
 		arrivals: func(ctx context.Context, b *bench) (arrivalCounter, error) { return b.nats.purge(ctx) }},
 	{typ: kafkadrv.Type, byDefault: true,
 		options: func(o benchOptions) router.Options {
@@ -67,6 +74,7 @@ var benchDests = []benchDest{
 		environ: func(o router.Options) map[string]string {
 			return map[string]string{"BROKERS": strings.Join(o.(kafkadrv.Options).Brokers, ",")}
 		},
+		inBench:  func(o Options) bool { return o.KafkaBrokers == "" },
 		arrivals: func(ctx context.Context, b *bench) (arrivalCounter, error) { return b.kafka.mark(ctx) }},
 	{typ: natsdrv.Type, byDefault: true,
 		options: func(o benchOptions) router.Options {
@@ -75,6 +83,7 @@ var benchDests = []benchDest{
 			return n
 		},
 		environ:  func(o router.Options) map[string]string { return map[string]string{"URL": o.(natsdrv.Options).URL} },
+		inBench:  func(o Options) bool { return o.NATSURL == "" },
 		arrivals: func(_ context.Context, b *bench) (arrivalCounter, error) { return b.nats.subscribe() }},
 	httpDest,
 	redisDest,

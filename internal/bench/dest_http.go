@@ -19,6 +19,7 @@ import (
 // httpDest is the http driver in batch mode, posting to an HTTP endpoint the bench
 // serves itself: nothing to install, so it is measured by default.
 var httpDest = benchDest{typ: webhook.Type, byDefault: true,
+	inBench: func(Options) bool { return true }, // the bench's own sink
 	environ: func(o router.Options) map[string]string {
 		h := o.(webhook.Options)
 		return map[string]string{"URL": h.URL, "BATCH": strconv.FormatBool(h.Batch)}

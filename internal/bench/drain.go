@@ -236,6 +236,9 @@ func (b *bench) drainWith(ctx context.Context, spec drainSpec) (drainOutcome, er
 	}
 	r.DispatcherCPUSeconds, r.DispatcherPeakRSSMiB = round(r.DispatcherCPUSeconds, 3), round(r.DispatcherPeakRSSMiB, 1)
 	r.cpuShares(cpuInDrain, moved)
+	if dest, err := destOf(spec.driver); err == nil && dest.inBench != nil {
+		r.destInBench = dest.inBench(b.opt.raw)
+	}
 	if !spec.idle { // the idle start's, on an empty table, are the cleaner figure
 		r.ReadyDispatchingMs, r.ReadyzMs = children[0].readiness()
 	}
