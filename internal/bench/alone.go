@@ -120,14 +120,22 @@ func runClaimer(ctx context.Context, environ []string, stdin io.Reader, stdout i
 
 // claimerProcess is one claimer process as the bench sees it.
 type claimerProcess struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	errOut *strings.Builder // its standard error, read once it has exited
 }
 
-// line reads the claimer's next line of output.
+// line reads the claimer's next line of output. When there is none, the claimer has
+// ended: the error then carries what it wrote to its standard error.
 func (c *claimerProcess) line() (string, error) {
 	s, err := c.out.ReadString('\n')
+	if err != nil {
+		_ = c.cmd.Wait() // its standard error is complete once it has been waited for
+		if said := strings.TrimSpace(c.errOut.String()); said != "" {
+			err = fmt.Errorf("%w: %s", err, said)
+		}
+	}
 	return strings.TrimSpace(s), err
 }
 
@@ -169,7 +177,8 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 	for range n {
 		cmd := exec.CommandContext(ctx, exe)
 		cmd.Env = append(os.Environ(), claimerRole+"="+string(job))
-		cmd.Stderr = os.Stderr
+		errOut := new(strings.Builder) // what a failing claimer says, for the error
+		cmd.Stderr = errOut
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			return aloneRun{}, err
@@ -181,7 +190,7 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 		if err := cmd.Start(); err != nil {
 			return aloneRun{}, fmt.Errorf("bench: %s: %w", phase, err)
 		}
-		procs = append(procs, &claimerProcess{cmd: cmd, in: in, out: bufio.NewReader(out)})
+		procs = append(procs, &claimerProcess{cmd: cmd, in: in, out: bufio.NewReader(out), errOut: errOut})
 	}
 	for _, p := range procs {
 		if s, err := p.line(); err != nil || s != "ready" {

@@ -397,3 +397,14 @@ func newTestBench(t *testing.T) *bench {
 	b.opt.set.Keys, b.opt.set.BatchSize, b.opt.set.Concurrency, b.opt.set.Ack = 10, 100, 2, benchAckUpdate
 	return b
 }
+
+func TestAClaimerThatCannotConnectFailsTheRunAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	b := newTestBench(t)
+	b.opt.set.Messages = 100
+	b.opt.dsn = "postgres://postgres@127.0.0.1:1/none?connect_timeout=2&sslmode=disable"
+	_, err := b.databaseAloneProcesses(t.Context(), 2)
+	if err == nil || !strings.Contains(err.Error(), "did not open its sessions") || !strings.Contains(err.Error(), "bench claimer") {
+		t.Fatalf("claimers on a database nobody listens for: %v; want the run to fail with what the claimer said", err)
+	}
+}
