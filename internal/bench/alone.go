@@ -193,8 +193,12 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 		procs = append(procs, &claimerProcess{cmd: cmd, in: in, out: bufio.NewReader(out), errOut: errOut})
 	}
 	for _, p := range procs {
-		if s, err := p.line(); err != nil || s != "ready" {
-			return aloneRun{}, fmt.Errorf("bench: %s: a claimer did not open its sessions: %q %v", phase, s, err)
+		s, err := p.line()
+		if err == nil && s != "ready" {
+			err = fmt.Errorf("it said %q", s)
+		}
+		if err != nil {
+			return aloneRun{}, fmt.Errorf("bench: %s: a claimer did not open its sessions: %w", phase, err)
 		}
 	}
 	postmaster, local, err := b.localServer(ctx)
