@@ -209,7 +209,6 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 	if local {
 		before = serverCPU(postmaster)
 	}
-	b.progress.begin(phase, int64(b.opt.set.Messages), func() int64 { return 0 })
 	start := time.Now()
 	for _, p := range procs {
 		if _, err := io.WriteString(p.in, "go\n"); err != nil {
@@ -242,6 +241,8 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 		return r, fmt.Errorf("bench: %s moved %d of %d rows", phase, r.Messages, b.opt.set.Messages)
 	}
 	r.MsgsPerSec = round(float64(r.Messages)/r.Seconds, 1)
+	// The claimers count only at their end: the phase shows its line once it is over.
+	b.progress.begin(phase, r.Messages, func() int64 { return r.Messages })
 	b.progress.end(fmt.Sprintf("%s msg/s", thousands(r.MsgsPerSec)))
 	return r, nil
 }
