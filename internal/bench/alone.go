@@ -153,6 +153,9 @@ type aloneRun struct {
 // and the claimers' own.
 func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, error) {
 	phase := fmt.Sprintf("the database alone, %d processes", n)
+	if n == 1 {
+		phase = "the database alone, 1 process"
+	}
 	if err := b.fill(ctx, phase, b.opt.set.Messages); err != nil {
 		return aloneRun{}, err
 	}
