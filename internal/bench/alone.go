@@ -38,6 +38,8 @@ type claimerJob struct {
 	Concurrency int      `json:"concurrency"`
 	Ordered     bool     `json:"ordered"`
 	Ack         string   `json:"ack"`
+	// Timeout bounds the claimer's moves, as --timeout bounds each of the bench's phases.
+	Timeout time.Duration `json:"timeout"`
 }
 
 // claimerDone is a claimer process's one line of result.
@@ -78,7 +80,7 @@ func runClaimer(ctx context.Context, environ []string, stdin io.Reader, stdout i
 		return true, fmt.Errorf("bench claimer: %s: %w", claimerRole, err)
 	}
 	b := &bench{progress: newProgress(io.Discard, false), streams: job.Streams}
-	b.opt.timeout = 10 * time.Minute
+	b.opt.timeout = job.Timeout
 	b.opt.set.BatchSize, b.opt.set.Concurrency, b.opt.set.Ordered, b.opt.set.Ack = job.BatchSize, job.Concurrency, job.Ordered, job.Ack
 	cfg, err := benchPoolConfig(job.DSN)
 	if err != nil {
@@ -164,7 +166,8 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 		return aloneRun{}, fmt.Errorf("bench: %s: %w", phase, err)
 	}
 	job, err := json.Marshal(claimerJob{DSN: b.opt.dsn, Streams: b.streams,
-		BatchSize: b.opt.set.BatchSize, Concurrency: b.opt.set.Concurrency, Ordered: b.opt.set.Ordered, Ack: b.opt.set.Ack})
+		BatchSize: b.opt.set.BatchSize, Concurrency: b.opt.set.Concurrency, Ordered: b.opt.set.Ordered, Ack: b.opt.set.Ack,
+		Timeout: b.opt.timeout})
 	if err != nil {
 		return aloneRun{}, err
 	}

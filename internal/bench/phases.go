@@ -114,9 +114,10 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 // claiming a batch and acknowledging all of it, until n rows are acknowledged (the whole
 // backlog when it is n rows, or its first n). The claimers share n out: none asks for
 // more rows than are left of it, and a claim gives back what it did not find, so exactly
-// n move; with n 0 they move rows until a claim from the start finds none. With held (not for ordered streams), each claim is held in its transaction and
-// acknowledged by its commit (store.ClaimHeld, store.Commit), as a stream whose claim
-// mode is transaction, the default, claims; without, by lease (store.Claim, store.Ack).
+// n move; with n 0 they move rows until a claim from the start finds none. With held
+// (not for ordered streams), each claim is held in its transaction and acknowledged by
+// its commit (store.ClaimHeld, store.Commit), as a stream whose claim mode is
+// transaction, the default, claims; without, by lease (store.Claim, store.Ack).
 //
 // Each of stores claims as one replica: concurrency goroutines per stream sharing that
 // replica's resume point. With several (replicaStores), the claimers are that many
@@ -130,10 +131,10 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, st
 	var moved, unasked atomic.Int64
 	unasked.Store(int64(n))
 	ask := func() int { // the next claim's limit; 0 once every row of n is asked for
+		if n <= 0 {
+			return b.opt.set.BatchSize
+		}
 		for {
-			if n <= 0 {
-				return b.opt.set.BatchSize
-			}
 			left := unasked.Load()
 			limit := min(left, int64(b.opt.set.BatchSize))
 			if limit <= 0 || unasked.CompareAndSwap(left, left-limit) {
