@@ -171,26 +171,9 @@ func TestBenchCountsOnlyTheDrainedMessagesAsArrivals(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dsn := testenv.EmptyDatabase(t)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := migrations.Up(ctx, dsn, benchTable); err != nil {
-		t.Fatal(err)
-	}
-	writer, err := producer.New(benchTable)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const retained, backlog, copies = 50, 20, 2
-	st, err := store.New(pool, benchTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bench{opt: benchOptions{dsn: dsn, set: benchSettings{Retained: retained, Keys: 5}}, pool: pool, store: st, writer: writer,
-		payload: []byte("p"), streams: benchStreams(1), progress: newProgress(io.Discard, false)}
+	b := newTestBench(t)
+	b.opt.set.Retained, b.opt.set.Keys, b.payload = retained, 5, []byte("p")
 	if err := b.retain(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -210,5 +193,44 @@ func TestBenchCountsOnlyTheDrainedMessagesAsArrivals(t *testing.T) {
 	if arrived != backlog || duplicates != copies {
 		t.Errorf("counted %d arrived and %d duplicates against %d ids; want %d arrived (the drained backlog) and %d duplicates",
 			arrived, duplicates, len(ids), backlog, copies)
+	}
+}
+
+// newTestBench is a bench on a migrated database of the test's own, with one stream and
+// the dispatcher's default claims, set up as Run sets one up for its phases.
+func newTestBench(t *testing.T) *bench {
+	t.Helper()
+	dsn := testenv.EmptyDatabase(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := migrations.Up(t.Context(), dsn, benchTable); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := producer.New(benchTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(pool, benchTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{pool: pool, store: st, writer: writer, payload: []byte("payload"), streams: benchStreams(1),
+		progress: newProgress(io.Discard, false)}
+	b.opt.dsn, b.opt.timeout = dsn, 2*time.Minute
+	b.opt.set.Keys, b.opt.set.BatchSize, b.opt.set.Concurrency, b.opt.set.Ack = 10, 100, 2, benchAckUpdate
+	return b
+}
+
+func TestAClaimerThatCannotConnectFailsTheRunAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	b := newTestBench(t)
+	b.opt.set.Messages = 100
+	b.opt.dsn = "postgres://postgres@127.0.0.1:1/none?connect_timeout=2&sslmode=disable"
+	_, err := b.databaseAloneProcesses(t.Context(), 2)
+	if err == nil || !strings.Contains(err.Error(), "did not open its sessions") || !strings.Contains(err.Error(), "bench claimer") {
+		t.Fatalf("claimers on a database nobody listens for: %v; want the run to fail with what the claimer said", err)
 	}
 }

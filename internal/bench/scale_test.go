@@ -15,11 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/migrations"
-	"github.com/outboxd/outboxd/producer"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -367,44 +363,5 @@ func TestReplicaSessionsThatCannotOpenReturnOnlyTheError(t *testing.T) {
 	}
 	if stores != nil || closeStores != nil {
 		t.Errorf("a failure returned stores %v and a close function; the caller would use them", stores)
-	}
-}
-
-// newTestBench is a bench on a migrated database of the test's own, with one stream and
-// the dispatcher's default claims, set up as Run sets one up for its phases.
-func newTestBench(t *testing.T) *bench {
-	t.Helper()
-	dsn := testenv.EmptyDatabase(t)
-	pool, err := pgxpool.New(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := migrations.Up(t.Context(), dsn, benchTable); err != nil {
-		t.Fatal(err)
-	}
-	writer, err := producer.New(benchTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(pool, benchTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bench{pool: pool, store: st, writer: writer, payload: []byte("payload"), streams: benchStreams(1),
-		progress: newProgress(io.Discard, false)}
-	b.opt.dsn, b.opt.timeout = dsn, 2*time.Minute
-	b.opt.set.Keys, b.opt.set.BatchSize, b.opt.set.Concurrency, b.opt.set.Ack = 10, 100, 2, benchAckUpdate
-	return b
-}
-
-func TestAClaimerThatCannotConnectFailsTheRunAndSaysWhy(t *testing.T) {
-	t.Parallel()
-	b := newTestBench(t)
-	b.opt.set.Messages = 100
-	b.opt.dsn = "postgres://postgres@127.0.0.1:1/none?connect_timeout=2&sslmode=disable"
-	_, err := b.databaseAloneProcesses(t.Context(), 2)
-	if err == nil || !strings.Contains(err.Error(), "did not open its sessions") || !strings.Contains(err.Error(), "bench claimer") {
-		t.Fatalf("claimers on a database nobody listens for: %v; want the run to fail with what the claimer said", err)
 	}
 }
