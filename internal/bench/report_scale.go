@@ -46,14 +46,7 @@ func printScale(w io.Writer, r *benchReport) {
 		fmt.Fprintf(w, "%-10s %4s %10s %8s %10s %10s %8s %10s %6s %8s %12s %10s %8s %10s\n", "driver", "N", "msg/s", "÷ N=1",
 			"disp CPU s", "db CPU s", "conns", "conflicts", "dups", "missing", "db alone", "db CPU s", "÷ N=1", "÷ db's")
 		for _, x := range r.Replicas {
-			db := "n/a"
-			if x.DatabaseCPUSeconds != nil {
-				db = strconv.FormatFloat(*x.DatabaseCPUSeconds, 'f', 2, 64)
-			}
-			alone := "n/a"
-			if x.SQLCeilingDatabaseCPUSeconds != nil {
-				alone = strconv.FormatFloat(*x.SQLCeilingDatabaseCPUSeconds, 'f', 2, 64)
-			}
+			db, alone := serverSeconds(x.DatabaseCPUSeconds), serverSeconds(x.SQLCeilingDatabaseCPUSeconds)
 			fmt.Fprintf(w, "%-10s %4d %10s %8.3f %10.2f %10s %8d %10d %6d %8d %12s %10s %8.3f %10.3f\n", x.Driver, x.Replicas, thousands(x.MsgsPerSec),
 				x.RatioToOne, x.DispatcherCPUSeconds, db, x.PeakConnections, x.LeaseConflicts, x.Duplicates, x.Missing,
 				thousands(x.SQLCeilingMsgsPerSec), alone, x.SQLCeilingRatioToOne, x.RatioToSQLCeilingRatio)
@@ -61,12 +54,8 @@ func printScale(w io.Writer, r *benchReport) {
 		fmt.Fprintf(w, "the database alone in N processes of their own, each one replica's claimers\n")
 		fmt.Fprintf(w, "%-10s %4s %12s %10s %12s %8s %10s\n", "driver", "N", "msg/s", "db CPU s", "claimers CPU", "÷ N=1", "÷ theirs")
 		for _, x := range r.Replicas {
-			db := "n/a"
-			if x.ProcsDatabaseCPUSeconds != nil {
-				db = strconv.FormatFloat(*x.ProcsDatabaseCPUSeconds, 'f', 2, 64)
-			}
 			fmt.Fprintf(w, "%-10s %4d %12s %10s %12.2f %8.3f %10.3f\n", x.Driver, x.Replicas, thousands(x.ProcsMsgsPerSec),
-				db, x.ProcsCPUSeconds, x.ProcsRatioToOne, x.RatioToProcsRatio)
+				serverSeconds(x.ProcsDatabaseCPUSeconds), x.ProcsCPUSeconds, x.ProcsRatioToOne, x.RatioToProcsRatio)
 		}
 		fmt.Fprintln(w)
 	}
@@ -104,4 +93,13 @@ func printScale(w io.Writer, r *benchReport) {
 	}
 	printReady(w, "ready: ", r.ReadyMs)
 	printVerdict(w, r)
+}
+
+// serverSeconds prints a database server's CPU seconds, n/a when the server is not on
+// this machine (nil).
+func serverSeconds(s *float64) string {
+	if s == nil {
+		return "n/a"
+	}
+	return strconv.FormatFloat(*s, 'f', 2, 64)
 }
