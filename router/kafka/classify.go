@@ -82,26 +82,3 @@ func codeKind(code kafka.Error) router.Kind {
 // broker: it could not be dialled, resolved or TLS-verified, or the connection we had
 // was closed under us.
 func lostConnection(err error) bool { return driveropt.LostConnection(err) }
-
-// spread turns WriteMessages' answer for messages bound for topics into one
-// classified error per message, each naming its topic. A kafka.WriteErrors answers
-// message by message; any other error is the whole call's.
-func spread(err error, topics []string) []error {
-	out := make([]error, len(topics))
-	if err == nil {
-		return out
-	}
-	var each kafka.WriteErrors
-	if errors.As(err, &each) && len(each) == len(topics) {
-		for i, e := range each {
-			if e != nil {
-				out[i] = classify(publishError(topics[i], e))
-			}
-		}
-		return out
-	}
-	for i := range out {
-		out[i] = classify(publishError(topics[i], err))
-	}
-	return out
-}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http/httptest"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,43 +166,5 @@ func TestClassify(t *testing.T) {
 	}
 	if classify(nil) != nil {
 		t.Fatal("classify(nil) is not nil")
-	}
-}
-
-func TestSpread(t *testing.T) {
-	t.Parallel()
-	topics := []string{"a", "b", "c"}
-	cases := []struct {
-		name string
-		err  error
-		want []string
-	}{
-		{"a write with no error confirms every message", nil,
-			[]string{"ok", "ok", "ok"}},
-		{"a partial failure fails only the messages whose partition refused",
-			kafka.WriteErrors{nil, kafka.NotEnoughReplicas, nil}, []string{"ok", "retryable", "ok"}},
-		{"each failed message gets the kind of its own partition's answer",
-			kafka.WriteErrors{kafka.MessageSizeTooLarge, nil, dialError(t)}, []string{"permanent", "ok", "unreachable"}},
-		{"an error for the whole call fails every message alike", dialError(t),
-			[]string{"unreachable", "unreachable", "unreachable"}},
-		{"a write-errors list of the wrong length is treated as the whole call's",
-			kafka.WriteErrors{kafka.NotEnoughReplicas}, []string{"retryable", "retryable", "retryable"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := spread(c.err, topics)
-			if k := kinds(got); !slices.Equal(k, c.want) {
-				t.Fatalf("kinds %v, want %v", k, c.want)
-			}
-			var each kafka.WriteErrors
-			for i, err := range got {
-				if err != nil && !errors.As(c.err, &each) && !errors.Is(err, c.err) {
-					t.Fatalf("message %d: %v does not wrap %v", i, err, c.err)
-				}
-			}
-		})
-	}
-	if got := spread(kafka.WriteErrors{nil, kafka.NotEnoughReplicas, nil}, topics)[1].Error(); !strings.Contains(got, `"b"`) || !strings.Contains(got, "Not Enough Replicas") {
-		t.Fatalf("the error %q does not name its topic and cause", got)
 	}
 }

@@ -1,13 +1,15 @@
 // Package kafka publishes outbox messages to Kafka through segmentio/kafka-go.
 //
 // Invariant: a message is confirmed only when every in-sync replica holds it (acks=all),
-// and each message's result is its own. One Publish is one WriteMessages call (and one
-// more per message when the broker refuses a request as too large); a message
-// the cluster can never take (larger than a produce request may be, bound for a topic that
-// does not exist, refused as too large by the broker) fails alone and permanently while
-// the rest of its batch is written. Messages with the same key always go to the same
-// partition (murmur2, as the Java client does), so messages of a key arrive in order,
-// except that one which failed and is published again arrives after its successors.
+// and each message's result is its own. One Publish is one produce request to each
+// broker leading a partition it writes to (more only when a partition's share exceeds
+// one request's limits, and one more per message when the broker refuses a batch as too
+// large); a message the cluster can never take (larger than a produce request may be,
+// bound for a topic that does not exist, refused as too large by the broker) fails
+// alone and permanently while the rest of its batch is written. Messages with the same
+// key always go to the same partition (murmur2, as the Java client does), so messages
+// of a key arrive in order, except that one which failed and is published again arrives
+// after its successors.
 //
 // Options (options.go) are its settings, decoded from a drivers.<name> section by the
 // registration in router/drivers; New takes them, so the driver is built and tested
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -35,37 +38,24 @@ import (
 	"github.com/outboxd/outboxd/router/driveropt"
 )
 
-// Writer tuning. These are decisions, not settings: see docs/configuration.md for the
+// Producer tuning. These are decisions, not settings: see docs/configuration.md for the
 // settings and the comments here for why each value was chosen.
 const (
-	// maxRequestBytes bounds one produce request (kafka-go's BatchBytes, counted its
-	// way) and therefore one message. It stays 1 KiB under Kafka's default
-	// message.max.bytes (1048588) so that record-batch framing never pushes a request
-	// the writer accepts over the broker's default limit.
+	// maxRequestBytes bounds one partition's batch in a produce request (counted as
+	// requestSize counts) and therefore one message. It stays 1 KiB under Kafka's
+	// default message.max.bytes (1048588) so that record-batch framing never pushes a
+	// batch we send over the broker's default limit.
 	maxRequestBytes = 1<<20 - 1<<10
 
-	// batchMessages caps the messages of one produce request per partition; a claim
-	// with more for one partition goes in several requests. 1000 messages of 1 KiB
-	// already fill maxRequestBytes. kafka-go allocates a slice of its BatchSize's
-	// capacity for every partition batch, so a publish of 100 messages to 8 partitions
-	// allocated 1.2 MB with it (76 % of a Kafka drain's allocations, a quarter of its
-	// CPU in the allocator and the collector). smallBatchMessages is therefore the
-	// batch size of a second writer, which serves every Publish of at most that many
-	// messages (a default claim is 100): one call still fits one request per
-	// partition, with an eighth of the allocation. docs/benchmarks.md has the figures.
-	batchMessages      = 1000
-	smallBatchMessages = 128
+	// batchMessages caps the messages of one partition in one produce request; a
+	// publish with more for one partition sends them in several requests, one after
+	// the other. 1000 messages of 1 KiB already fill maxRequestBytes.
+	batchMessages = 1000
 
-	// batchLinger is how long a partition batch that is not full waits for messages
-	// from other calls. kafka-go's default (1 s) made every synchronous write take a
-	// second. It can be tiny because kafka-go adds all of one call's messages for a
-	// partition under one lock, so an expired linger cannot split them: one Publish
-	// stays one produce request per partition (a test holds this).
-	batchLinger = time.Microsecond
-
-	// writeAttempts is kafka-go's own retry budget per batch. The dispatcher retries
-	// with backoff and attempt accounting; the writer only rides out a blip, so that
-	// an answer comes back well within the write timeout.
+	// writeAttempts is the driver's own budget of attempts per partition for an
+	// answer that may change (a temporary refusal, a lost connection). The dispatcher
+	// retries with backoff and attempt accounting; the driver only rides out a blip,
+	// so that an answer comes back well within the write timeout.
 	writeAttempts   = 3
 	minWriteBackoff = 50 * time.Millisecond
 	writeBackoffMax = 500 * time.Millisecond
@@ -94,12 +84,8 @@ type Driver struct {
 	writeTimeout time.Duration
 	connect      func() *kafka.Transport // builds a transport with this driver's settings
 	transport    *kafka.Transport
-	// writer takes every Publish of at most smallBatchMessages messages; large, built
-	// at the first larger one, takes those. Both share transport.
-	writer    *kafka.Writer
-	newWriter func(batchSize int) *kafka.Writer
-	largeOnce sync.Once
-	large     *kafka.Writer
+	compression  protocol.Attributes
+	balancer     kafka.Murmur2Balancer // chooses partitions, as the Java client does
 
 	// mu is held for reading by every Publish and for writing by Close, so Close
 	// waits for publishes in flight and none starts on a closed writer.
@@ -150,6 +136,7 @@ func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 		autoCreate:   cfg.AllowAutoTopicCreation,
 		provision:    cfg.Provision,
 		writeTimeout: writeTimeout,
+		compression:  protocol.Attributes(compression) & 7,
 	}
 	d.connect = func() *kafka.Transport {
 		return &kafka.Transport{
@@ -162,36 +149,11 @@ func New(name string, cfg Options, logger *slog.Logger) (*Driver, error) {
 		}
 	}
 	d.transport = d.connect()
-	d.newWriter = func(batchSize int) *kafka.Writer {
-		return &kafka.Writer{
-			Addr:                   d.addr,
-			Balancer:               &kafka.Murmur2Balancer{},
-			MaxAttempts:            writeAttempts,
-			WriteBackoffMin:        minWriteBackoff,
-			WriteBackoffMax:        writeBackoffMax,
-			BatchSize:              batchSize,
-			BatchBytes:             maxRequestBytes,
-			BatchTimeout:           batchLinger,
-			ReadTimeout:            writeTimeout,
-			WriteTimeout:           writeTimeout,
-			RequiredAcks:           kafka.RequireAll,
-			Compression:            compression,
-			Transport:              d.transport,
-			AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
-			Completion:             acknowledge,
-			// Every failure is returned to the caller, who logs it; kafka-go's per-attempt
-			// lines are detail for debugging.
-			ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
-				d.log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
-			}),
-		}
-	}
-	d.writer = d.newWriter(smallBatchMessages)
 	return d, nil
 }
 
-// Close flushes and closes the writer, then the connections. It waits for publishes
-// in flight; a second Close does nothing.
+// Close closes the connections. It waits for publishes in flight; a second Close does
+// nothing.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -199,24 +161,8 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
-	err := d.writer.Close()
-	if d.large != nil {
-		err = errors.Join(err, d.large.Close())
-	}
 	d.transport.CloseIdleConnections()
-	if err != nil {
-		return fmt.Errorf("close kafka driver %q: %w", d.name, err)
-	}
 	return nil
-}
-
-// writerFor is the writer of a Publish of n messages.
-func (d *Driver) writerFor(n int) *kafka.Writer {
-	if n <= smallBatchMessages {
-		return d.writer
-	}
-	d.largeOnce.Do(func() { d.large = d.newWriter(batchMessages) })
-	return d.large
 }
 
 func codec(name string) (kafka.Compression, error) {

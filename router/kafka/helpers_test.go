@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxd/outboxd/router"
 )
@@ -203,4 +204,22 @@ func kinds(errs []error) []string {
 		}
 	}
 	return out
+}
+
+// newCluster starts, for t, a cluster of brokers (node ids 0, 1, …) holding topic with
+// partitions partitions, where partition p is led by node leaders[p] when leaders has
+// an entry for it; it closes when t ends.
+func newCluster(t testing.TB, brokers int, topic string, partitions int32, leaders map[int32]int32) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(partitions, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	for p, node := range leaders {
+		if err := c.MoveTopicPartition(topic, p, node); err != nil {
+			t.Fatalf("lead partition %d from node %d: %v", p, node, err)
+		}
+	}
+	return c
 }

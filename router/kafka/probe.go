@@ -20,11 +20,11 @@ func (d *Driver) Probe(ctx context.Context, topic string) error {
 	if topic != "" {
 		topics = []string{topic}
 	}
-	codes, err := d.topicCodes(ctx, tr, topics, false)
+	codes, err := d.topicMeta(ctx, tr, topics, false)
 	if err != nil || topic == "" {
 		return err
 	}
-	switch code := codes[topic]; code {
+	switch code := codes[topic].code; code {
 	case 0:
 		return nil
 	case kafka.UnknownTopicOrPartition:

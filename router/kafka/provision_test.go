@@ -43,8 +43,8 @@ func TestAMissingTopicIsCreatedWithTheProvisionSettingsOnlyWhenProvisioningIsOn(
 			if got := readTopic(t, k.Addr(), topic, len(msgs)); len(got) > 4 {
 				t.Fatalf("the topic has messages on %d partitions, want at most 4", len(got))
 			}
-			codes, err := d.topicCodes(testCtx(t), d.transport, []string{topic}, false)
-			if err != nil || codes[topic] != 0 {
+			codes, err := d.topicMeta(testCtx(t), d.transport, []string{topic}, false)
+			if err != nil || codes[topic].code != 0 {
 				t.Fatalf("topic metadata: %v %v", codes, err)
 			}
 			if n := partitionsOf(t, k.Addr(), topic); n != 4 {

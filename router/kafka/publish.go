@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -19,12 +18,13 @@ import (
 // topic that exists looks again. It only reads kafka-go's cache.
 const metadataPoll = 20 * time.Millisecond
 
-// Publish writes msgs in one WriteMessages call and returns one error per message, in
-// order. Before writing it takes out, each with its own permanent error, the messages
-// that cannot succeed: larger than a produce request may be, or bound for a topic that
-// does not exist (kafka-go would fail the whole call for either). A batch the broker
-// refuses as too large is re-sent message by message, so that only the message that
-// is too large fails. Everything is bounded by ctx and the driver's write timeout.
+// Publish writes msgs, in one produce request to each broker leading a partition they
+// go to (produce.go), and returns one error per message, in order. Before writing it
+// takes out, each with its own permanent error, the messages that cannot succeed:
+// larger than a produce request may be, or bound for a topic that does not exist. A
+// partition's batch the broker refuses as too large is re-sent message by message, so
+// that only the message that is too large fails. Everything is bounded by ctx and the
+// driver's write timeout.
 func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 	if len(msgs) == 0 {
 		return nil
@@ -59,24 +59,20 @@ type publishCall struct {
 	msgs []router.Message
 	out  []error
 
-	batch   []kafka.Message // index-aligned with msgs
-	tickets []ticket
-	acks    acks
+	batch []kafka.Message // index-aligned with msgs
+	parts []int32         // each message's partition, chosen at the first attempt
 }
 
 func (c *publishCall) run() {
 	n := len(c.msgs)
 	c.batch = make([]kafka.Message, n)
-	c.tickets = make([]ticket, n)
-	c.acks.done = make([]bool, n)
 	var topics []string
 	var stream []byte
 	for i := range c.msgs {
-		c.tickets[i] = ticket{acks: &c.acks, i: i}
 		if string(stream) != c.msgs[i].Stream {
 			stream = []byte(c.msgs[i].Stream)
 		}
-		c.batch[i] = message(&c.msgs[i], &c.tickets[i], stream)
+		c.batch[i] = message(&c.msgs[i], stream)
 		topic := c.msgs[i].Topic
 		switch size := requestSize(&c.batch[i]); {
 		case topic == "":
@@ -137,44 +133,23 @@ func (c *publishCall) run() {
 	}
 }
 
-// send writes the messages at indexes idx in one WriteMessages call and records their
-// outcomes.
+// send publishes the messages at indexes idx and records their outcomes: up to
+// writeAttempts attempts for those whose failure may pass, with a growing pause
+// between them, all within the write timeout. A message confirmed keeps its success
+// whatever happens to the others.
 func (c *publishCall) send(idx []int) {
-	if len(idx) == 0 {
-		return
-	}
-	sub, topics := c.batch, c.topics()
-	if len(idx) < len(c.batch) {
-		sub, topics = make([]kafka.Message, len(idx)), make([]string, len(idx))
-		for j, i := range idx {
-			sub[j] = c.batch[i]
-			topics[j] = c.msgs[i].Topic
+	for attempt := 1; len(idx) > 0; attempt++ {
+		idx = c.produceOnce(idx)
+		if len(idx) == 0 || attempt == writeAttempts {
+			return
+		}
+		if !pause(c.wctx, writeBackoff(attempt)) {
+			for _, i := range idx {
+				c.out[i] = c.failure(c.msgs[i].Topic, c.wctx.Err())
+			}
+			return
 		}
 	}
-	err := c.d.writerFor(len(c.msgs)).WriteMessages(c.wctx, sub...)
-	var each kafka.WriteErrors
-	if err == nil || errors.As(err, &each) {
-		for j, e := range spread(err, topics) {
-			c.out[idx[j]] = e //nolint:gosec // spread returns one result per topic, and topics has len(idx)
-		}
-		return
-	}
-	// The call ended before every batch was answered (our context), or before any was
-	// sent: messages confirmed meanwhile keep their success.
-	for j, i := range idx {
-		if !c.acks.confirmed(i) {
-			c.out[i] = c.failure(topics[j], err)
-		}
-	}
-}
-
-// topics lists each message's topic, in order.
-func (c *publishCall) topics() []string {
-	out := make([]string, len(c.msgs))
-	for i := range c.msgs {
-		out[i] = c.msgs[i].Topic
-	}
-	return out
 }
 
 // failure is the error of a message to topic whose outcome err left unknown: the
@@ -217,13 +192,13 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 		}
 		return refused
 	}
-	codes, err := c.d.topicCodes(c.wctx, c.d.transport, topics, c.d.autoCreate)
+	codes, err := c.d.topicMeta(c.wctx, c.d.transport, topics, c.d.autoCreate)
 	if err != nil {
 		return fail(topics, err)
 	}
 	var unknown []string
 	for _, t := range topics {
-		switch code := codes[t]; {
+		switch code := codes[t].code; {
 		case code == 0:
 		case code == kafka.UnknownTopicOrPartition && !c.d.autoCreate:
 			unknown = append(unknown, t)
@@ -238,13 +213,13 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 	fresh := c.d.connect()
 	fresh.MetadataTopics = unknown
 	defer fresh.CloseIdleConnections()
-	codes, err = c.d.topicCodes(c.wctx, fresh, unknown, false)
+	codes, err = c.d.topicMeta(c.wctx, fresh, unknown, false)
 	if err != nil {
 		return fail(unknown, err)
 	}
 	var created, missing []string
 	for _, t := range unknown {
-		switch code := codes[t]; {
+		switch code := codes[t].code; {
 		case code == 0:
 			created = append(created, t)
 		case code == kafka.UnknownTopicOrPartition && c.d.provision.Enabled:
@@ -267,8 +242,8 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 	tick := time.NewTicker(metadataPoll)
 	defer tick.Stop()
 	for {
-		codes, err = c.d.topicCodes(c.wctx, c.d.transport, created, false)
-		if err == nil && !slices.ContainsFunc(created, func(t string) bool { return codes[t] != 0 }) {
+		codes, err = c.d.topicMeta(c.wctx, c.d.transport, created, false)
+		if err == nil && !slices.ContainsFunc(created, func(t string) bool { return codes[t].code != 0 }) {
 			return refused
 		}
 		select {
@@ -279,9 +254,16 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 	}
 }
 
-// topicCodes asks transport, as kafka-go's writer does, for the metadata of topics and
-// returns each topic's error code; a topic missing from the answer is unknown.
-func (d *Driver) topicCodes(ctx context.Context, transport *kafka.Transport, topics []string, autoCreate bool) (map[string]kafka.Error, error) {
+// topicState is what the metadata says of a topic: its error code, and the leader of
+// each partition by partition index (-1 where none is known).
+type topicState struct {
+	code    kafka.Error
+	leaders []int32
+}
+
+// topicMeta asks transport, which answers from its cache unless autoCreate is set, for
+// the metadata of topics; a topic missing from the answer is unknown.
+func (d *Driver) topicMeta(ctx context.Context, transport *kafka.Transport, topics []string, autoCreate bool) (map[string]topicState, error) {
 	r, err := transport.RoundTrip(ctx, d.addr, &metadata.Request{TopicNames: topics, AllowAutoTopicCreation: autoCreate})
 	if err != nil {
 		return nil, err
@@ -290,14 +272,26 @@ func (d *Driver) topicCodes(ctx context.Context, transport *kafka.Transport, top
 	if !ok {
 		return nil, fmt.Errorf("metadata request answered with %T", r)
 	}
-	codes := make(map[string]kafka.Error, len(topics))
+	state := make(map[string]topicState, len(topics))
 	for _, t := range topics {
-		codes[t] = kafka.UnknownTopicOrPartition
+		state[t] = topicState{code: kafka.UnknownTopicOrPartition}
 	}
 	for _, t := range res.Topics {
-		codes[t.Name] = kafka.Error(t.ErrorCode)
+		s := topicState{code: kafka.Error(t.ErrorCode)}
+		if len(t.Partitions) > 0 {
+			s.leaders = make([]int32, len(t.Partitions))
+			for i := range s.leaders {
+				s.leaders[i] = -1
+			}
+			for _, p := range t.Partitions {
+				if p.PartitionIndex >= 0 && int(p.PartitionIndex) < len(s.leaders) {
+					s.leaders[p.PartitionIndex] = p.LeaderID
+				}
+			}
+		}
+		state[t.Name] = s
 	}
-	return codes, nil
+	return state, nil
 }
 
 func topicError(code kafka.Error, autoCreate bool) error {
@@ -325,7 +319,7 @@ func tooLarge(err error) bool {
 // kafka-go only reads a header's value, so stream, when it holds m.Stream's bytes, is
 // shared by every message of a call, and the message id reuses the outbox id's bytes
 // when it is that id: a drain's allocations per message are what the broker needs.
-func message(m *router.Message, t *ticket, stream []byte) kafka.Message {
+func message(m *router.Message, stream []byte) kafka.Message {
 	headers := make([]kafka.Header, 0, len(m.Headers)+3)
 	if len(m.Headers) > 0 {
 		names := make([]string, 0, len(m.Headers))
@@ -352,13 +346,13 @@ func message(m *router.Message, t *ticket, stream []byte) kafka.Message {
 		kafka.Header{Key: router.HeaderStream, Value: stream},
 		kafka.Header{Key: router.HeaderMessageID, Value: dedup},
 	)
-	return kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Payload, Headers: headers, WriterData: t}
+	return kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Payload, Headers: headers}
 }
 
-// requestSize is a message's size as kafka-go counts it against BatchBytes (its
-// Message.totalSize): fixed fields, key and value with 4-byte lengths, a timestamp, and
-// the headers with varint lengths. WriteMessages fails the whole call when one message
-// exceeds BatchBytes, so Publish must count exactly as kafka-go does.
+// requestSize is what a message adds to a partition's batch, counted as kafka-go counts
+// it (its Message.totalSize): fixed fields, key and value with 4-byte lengths, a
+// timestamp, and the headers with varint lengths. A partition's batch in one request
+// stays within maxRequestBytes by this count.
 func requestSize(m *kafka.Message) int {
 	n := 4 + 1 + 1 + 4 + len(m.Key) + 4 + len(m.Value) + 8
 	n += varintLen(len(m.Headers))
@@ -427,37 +421,4 @@ func varintLen(n int) int {
 		size++
 	}
 	return size
-}
-
-// acks records which messages of one Publish kafka-go has confirmed, so that a call
-// cut short by its context still reports those as published.
-type acks struct {
-	mu   sync.Mutex
-	done []bool
-}
-
-func (a *acks) confirmed(i int) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.done[i]
-}
-
-// ticket travels with a message through kafka-go as its WriterData.
-type ticket struct {
-	acks *acks
-	i    int
-}
-
-// acknowledge is the writer's Completion hook, called once per partition batch.
-func acknowledge(msgs []kafka.Message, err error) {
-	if err != nil {
-		return
-	}
-	for i := range msgs {
-		if t, ok := msgs[i].WriterData.(*ticket); ok {
-			t.acks.mu.Lock()
-			t.acks.done[t.i] = true
-			t.acks.mu.Unlock()
-		}
-	}
 }

@@ -105,10 +105,12 @@ func refuseProduce(c *kfake.Cluster, refuse func(topic string, partition int32, 
 func TestABrokerRefusalIsRetryableForTheMessagesOfThatPartitionOnly(t *testing.T) {
 	t.Parallel()
 	const partitions = 3
-	k := testenv.NewKafka(t, partitions, "events")
-	d := newDriver(t, testConfig(k.Addr()))
 	refused := int32(partitionOf("key-0", partitions))
-	hits := refuseProduce(k.Cluster(), func(topic string, p int32, _ []byte) int16 {
+	// The refusing partition has a broker of its own, so that its requests hold only
+	// its messages; a broker answers each partition of a request on its own.
+	cluster := newCluster(t, 2, "events", partitions, map[int32]int32{0: 0, 1: 0, 2: 0, refused: 1})
+	d := newDriver(t, testConfig(cluster.ListenAddrs()...))
+	hits := refuseProduce(cluster, func(topic string, p int32, _ []byte) int16 {
 		if p == refused {
 			return kerr.NotEnoughReplicas.Code
 		}
@@ -130,12 +132,12 @@ func TestABrokerRefusalIsRetryableForTheMessagesOfThatPartitionOnly(t *testing.T
 		}
 	}
 	if n := hits.Load(); n != writeAttempts {
-		t.Fatalf("the refusing partition saw %d produce requests, want %d (kafka-go's attempts)", n, writeAttempts)
+		t.Fatalf("the refusing partition saw %d produce requests, want %d (the driver's attempts)", n, writeAttempts)
 	}
 	if delivered == 0 || delivered == len(msgs) {
 		t.Fatalf("%d of %d messages avoided the refusing partition; the test needs some of each", delivered, len(msgs))
 	}
-	readTopic(t, k.Addr(), "events", delivered)
+	readTopic(t, cluster.ListenAddrs()[0], "events", delivered)
 }
 
 func TestABatchRefusedAsTooLargeIsResentSoOnlyTheCulpritFails(t *testing.T) {
@@ -203,7 +205,7 @@ func TestAMessageAboveTheRequestLimitFailsAloneWithoutBeingSent(t *testing.T) {
 	msgs := numbered("big", 6, "a", "b", "c")
 	sized := func(i, size int) {
 		msgs[i].Payload = nil
-		base := requestSize(ptr(message(&msgs[i], nil, nil)))
+		base := requestSize(ptr(message(&msgs[i], nil)))
 		msgs[i].Payload = bytes.Repeat([]byte{'z'}, size-base)
 	}
 	sized(over, maxRequestBytes+1)
@@ -399,58 +401,42 @@ func publishUntilDelivered(t *testing.T, d *Driver, msgs []router.Message) (time
 	}
 }
 
+// A publish with more for one partition than one request carries sends it in requests
+// one after the other; the second is held at the broker until the call is cancelled.
+// What the first confirmed stays published; the rest is cancelled, not failed.
 func TestCancellingMidWriteKeepsWhatWasConfirmedAndCancelsTheRest(t *testing.T) {
 	t.Parallel()
-	const partitions = 2
-	k := testenv.NewKafka(t, partitions, "events")
+	k := testenv.NewKafka(t, 2, "events")
 	d := newDriver(t, testConfig(k.Addr()))
-	fast, slow := "fast", "slow"
-	for partitionOf(fast, partitions) == partitionOf(slow, partitions) {
-		slow += "!"
-	}
-	slowPartition := int32(partitionOf(slow, partitions))
 
 	held, release := make(chan struct{}), make(chan struct{})
-	defer close(release) // before the driver's Close, which waits for the held batch
-	var holdOnce sync.Once
+	defer close(release) // before the driver's Close, which waits for the held request
+	var requests atomic.Int32
 	cluster := k.Cluster()
-	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
-			for _, rp := range rt.Partitions {
-				if rp.Partition == slowPartition {
-					holdOnce.Do(func() { close(held) })
-					cluster.SleepControl(func() { <-release })
-				}
-			}
-		}
+	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
+		if requests.Add(1) == 2 {
+			close(held)
+			cluster.SleepControl(func() { <-release })
+		}
 		return nil, nil, false
 	})
-	fastDone := make(chan struct{})
-	var fastOnce sync.Once
-	d.writer.Completion = func(msgs []kafka.Message, err error) {
-		acknowledge(msgs, err)
-		if err == nil && msgs[0].Partition != int(slowPartition) {
-			fastOnce.Do(func() { close(fastDone) })
-		}
-	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	msgs := numbered("events", 6, fast, slow)
+	msgs := numbered("events", batchMessages+batchMessages/2, "one-key")
 	result := make(chan []error, 1)
 	go func() { result <- d.Publish(ctx, msgs) }()
 	<-held
-	<-fastDone
 	cancel()
 	cancelled := time.Now()
 	errs := <-result
 	t.Logf("Publish returned %v after its context was cancelled", time.Since(cancelled).Round(time.Microsecond))
 	for i, err := range errs {
-		if string(msgs[i].Key) == fast && err != nil {
-			t.Fatalf("confirmed message %d reported as %v", i, err)
+		if i < batchMessages && err != nil {
+			t.Fatalf("message %d, confirmed by the first request: %v", i, err)
 		}
-		if string(msgs[i].Key) == slow && (router.KindOf(err) != router.KindCanceled || !errors.Is(err, context.Canceled)) {
-			t.Fatalf("unconfirmed message %d: %v (%s), want canceled", i, err, router.KindOf(err))
+		if i >= batchMessages && (router.KindOf(err) != router.KindCanceled || !errors.Is(err, context.Canceled)) {
+			t.Fatalf("message %d, in the held request: %v (%s), want canceled", i, err, router.KindOf(err))
 		}
 	}
 }
@@ -461,7 +447,7 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 		Headers: map[string]string{
 			"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed", router.HeaderMessageID: "spoofed",
 		}}
-	got := message(&m, nil, nil).Headers
+	got := message(&m, nil).Headers
 	want := []kafka.Header{
 		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")},
 		{Key: router.HeaderID, Value: []byte("42")}, {Key: router.HeaderStream, Value: []byte("orders")},
@@ -498,7 +484,7 @@ func TestEachMessageCarriesItsOwnStreamAndMessageIDWhateverItsCallShares(t *test
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got := map[string]string{}
-			for _, h := range message(&tc.m, nil, tc.shared).Headers {
+			for _, h := range message(&tc.m, tc.shared).Headers {
 				got[h.Key] = string(h.Value)
 			}
 			if got[router.HeaderStream] != tc.stream || got[router.HeaderMessageID] != tc.id || got[router.HeaderID] != "7" {
@@ -520,42 +506,52 @@ func TestAMessageWithoutATopicFailsAlone(t *testing.T) {
 	}
 }
 
-func TestOnePublishIsOneProduceRequestPerPartition(t *testing.T) {
+func TestOnePublishIsOneProduceRequestPerLeadingBroker(t *testing.T) {
 	t.Parallel()
 	spread := make([]string, 40)
 	for i := range spread {
 		spread[i] = "key-" + strconv.Itoa(i)
 	}
-	// Publishes of up to smallBatchMessages go through the small writer, larger ones
-	// through the large one; at either side of the line one call is one request.
 	cases := []struct {
 		name     string
+		brokers  int
 		messages int
 		keys     []string
+		requests int // per leading broker and publish
 	}{
-		{"a default claim on one key fills one request", 100, []string{"hot"}},
-		{"a claim as large as the small writer's batch on one key fills one request", smallBatchMessages, []string{"hot"}},
-		{"a claim just above the small writer's batch on one key fills one request", smallBatchMessages + 1, []string{"hot"}},
-		{"a claim of 600 on one key fills one request", 600, []string{"hot"}},
-		{"a claim of 200 over 40 keys is one request per partition", 200, spread},
+		{"a default claim on one key is one request", 1, 100, []string{"hot"}, 1},
+		{"a claim of 600 on one key is one request", 1, 600, []string{"hot"}, 1},
+		{"a claim of 200 over 40 keys is one request for every partition", 1, 200, spread, 1},
+		{"a claim over 40 keys on two brokers is one request to each, for the partitions it leads", 2, 200, spread, 1},
+		{"more messages for a partition than a request carries go in two requests", 1, batchMessages + 1, []string{"hot"}, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const partitions = 3
-			k := testenv.NewKafka(t, partitions, "events")
-			d := newDriver(t, testConfig(k.Addr()))
+			const partitions = 4
+			leaders := map[int32]int32{} // on two brokers, each leads two partitions
+			for p := range int32(partitions) {
+				leaders[p] = p % int32(tc.brokers)
+			}
+			cluster := newCluster(t, tc.brokers, "events", partitions, leaders)
+			d := newDriver(t, testConfig(cluster.ListenAddrs()...))
+			type request struct {
+				broker     int32
+				partitions []int32
+			}
 			var mu sync.Mutex
-			requests := map[int32]int{} // partition → produce requests
-			k.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				k.Cluster().KeepControl()
-				mu.Lock()
-				defer mu.Unlock()
+			var got []request
+			cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				cluster.KeepControl()
+				r := request{broker: cluster.CurrentNode()}
 				for _, rt := range req.(*kmsg.ProduceRequest).Topics {
 					for _, rp := range rt.Partitions {
-						requests[rp.Partition]++
+						r.partitions = append(r.partitions, rp.Partition)
 					}
 				}
+				mu.Lock()
+				got = append(got, r)
+				mu.Unlock()
 				return nil, nil, false // only counting
 			})
 			const calls = 3
@@ -568,12 +564,28 @@ func TestOnePublishIsOneProduceRequestPerPartition(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(tc.keys) > 1 && len(requests) != partitions {
-				t.Fatalf("requests per partition %v; want all %d partitions used", requests, partitions)
+			perBroker := map[int32]int{}
+			leaderOf := map[int32]int32{}
+			seen := map[int32]bool{}
+			for _, r := range got {
+				perBroker[r.broker]++
+				for _, p := range r.partitions {
+					seen[p] = true
+					if b, ok := leaderOf[p]; ok && b != r.broker {
+						t.Fatalf("partition %d was sent to brokers %d and %d", p, b, r.broker)
+					}
+					leaderOf[p] = r.broker
+				}
 			}
-			for p, n := range requests {
-				if n != calls {
-					t.Fatalf("partition %d got %d produce requests for %d publishes, want one each (all: %v)", p, n, calls, requests)
+			if len(tc.keys) > 1 && len(seen) != partitions {
+				t.Fatalf("partitions written %v; want all %d (requests %v)", seen, partitions, got)
+			}
+			if len(perBroker) != tc.brokers && len(tc.keys) > 1 {
+				t.Fatalf("requests went to %d brokers, want %d (requests %v)", len(perBroker), tc.brokers, got)
+			}
+			for b, n := range perBroker {
+				if n != calls*tc.requests {
+					t.Fatalf("broker %d got %d produce requests for %d publishes, want %d each (all: %v)", b, n, calls, tc.requests, got)
 				}
 			}
 		})
