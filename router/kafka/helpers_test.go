@@ -74,36 +74,11 @@ func readTopic(t testing.TB, addr, topic string, want int) map[int][]kafka.Messa
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	ends := func() []int64 {
-		conn, err := kafka.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			t.Fatalf("read %s: %v", topic, err)
-		}
-		defer conn.Close()
-		parts, err := conn.ReadPartitions(topic)
-		if err != nil {
-			t.Fatalf("read %s: partitions: %v", topic, err)
-		}
-		out := make([]int64, len(parts))
-		for _, p := range parts {
-			leader, err := kafka.DialLeader(ctx, "tcp", addr, topic, p.ID)
-			if err != nil {
-				t.Fatalf("read %s/%d: %v", topic, p.ID, err)
-			}
-			out[p.ID], err = leader.ReadLastOffset()
-			leader.Close()
-			if err != nil {
-				t.Fatalf("read %s/%d: last offset: %v", topic, p.ID, err)
-			}
-		}
-		return out
-	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var end []int64
 	for {
-		end = ends()
+		end = topicEnds(ctx, t, addr, topic)
 		total := 0
 		for _, e := range end {
 			total += int(e)
@@ -120,7 +95,47 @@ func readTopic(t testing.TB, addr, topic string, want int) map[int][]kafka.Messa
 		case <-tick.C:
 		}
 	}
+	return readTo(ctx, t, addr, topic, end)
+}
 
+// readTopicNow returns every message on topic now, partition by partition.
+func readTopicNow(t testing.TB, addr, topic string) map[int][]kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return readTo(ctx, t, addr, topic, topicEnds(ctx, t, addr, topic))
+}
+
+// topicEnds returns the end offset of each of topic's partitions.
+func topicEnds(ctx context.Context, t testing.TB, addr, topic string) []int64 {
+	t.Helper()
+	conn, err := kafka.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("read %s: %v", topic, err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(topic)
+	if err != nil {
+		t.Fatalf("read %s: partitions: %v", topic, err)
+	}
+	out := make([]int64, len(parts))
+	for _, p := range parts {
+		leader, err := kafka.DialLeader(ctx, "tcp", addr, topic, p.ID)
+		if err != nil {
+			t.Fatalf("read %s/%d: %v", topic, p.ID, err)
+		}
+		out[p.ID], err = leader.ReadLastOffset()
+		leader.Close()
+		if err != nil {
+			t.Fatalf("read %s/%d: last offset: %v", topic, p.ID, err)
+		}
+	}
+	return out
+}
+
+// readTo reads each partition p of topic from its start up to end[p].
+func readTo(ctx context.Context, t testing.TB, addr, topic string, end []int64) map[int][]kafka.Message {
+	t.Helper()
 	out := map[int][]kafka.Message{}
 	for p, e := range end {
 		if e == 0 {
