@@ -1,11 +1,14 @@
 package kafka
 
 import (
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -13,8 +16,8 @@ import (
 )
 
 // Concurrent publishes to partitions led by two brokers, while the brokers refuse some
-// requests with a temporary code and drop the connection on others, before storing
-// anything. Each caller publishes again what came back failed, as the dispatcher does.
+// requests with a temporary code (and all of them for 400 ms) and drop the connection on
+// others, before storing anything. Each caller publishes again what came back failed, as the dispatcher does.
 // Every message must end up at the broker exactly once: none reported published that the
 // broker does not hold, none lost, none written twice.
 func TestConcurrentPublishesUnderRefusalsAndDroppedConnectionsLoseNothing(t *testing.T) {
@@ -29,10 +32,15 @@ func TestConcurrentPublishesUnderRefusalsAndDroppedConnectionsLoseNothing(t *tes
 	d := newDriver(t, testConfig(cluster.ListenAddrs()...))
 
 	var requests, refused, dropped atomic.Int64
+	var outageEnds atomic.Int64 // unix ns: every request is refused until then
 	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
-		switch n := requests.Add(1); {
-		case n%5 == 1: // refused: NOT_ENOUGH_REPLICAS on every partition of the request
+		n := requests.Add(1)
+		if n == 60 { // an outage longer than the driver's own attempts: failures reach the callers
+			outageEnds.Store(time.Now().Add(400 * time.Millisecond).UnixNano())
+		}
+		switch {
+		case n%5 == 1 || time.Now().UnixNano() < outageEnds.Load(): // refused: NOT_ENOUGH_REPLICAS on every partition
 			refused.Add(1)
 			pr := req.(*kmsg.ProduceRequest)
 			resp := pr.ResponseKind().(*kmsg.ProduceResponse)
@@ -123,5 +131,60 @@ func TestConcurrentPublishesUnderRefusalsAndDroppedConnectionsLoseNothing(t *tes
 	}
 	if len(wrong) > 0 {
 		t.Fatalf("%d messages are not at the broker exactly once (id ×times held): %v", len(wrong), wrong[:min(len(wrong), 10)])
+	}
+}
+
+// A partition whose leadership moves to another broker (a rolling restart) is refused by
+// its old leader as NOT_LEADER_FOR_PARTITION until the producer's metadata, refreshed
+// every metadataTTL, names the new one: those messages fail retryable, the rest of the
+// publish is delivered, and publishing again reaches the new leader.
+func TestAPartitionWhoseLeaderMovesIsPublishedToOnceTheMetadataNamesTheNewLeader(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	cluster := newCluster(t, 2, "events", partitions, map[int32]int32{0: 0, 1: 0})
+	d := newDriver(t, testConfig(cluster.ListenAddrs()...))
+	ctx := testCtx(t)
+	msgs := numbered("events", 40, "a", "b", "c", "d", "e", "f")
+	for i, err := range d.Publish(ctx, msgs[:20]) {
+		if err != nil {
+			t.Fatalf("message %d before the move: %v", i, err)
+		}
+	}
+	if err := cluster.MoveTopicPartition("events", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pending, refusedAfterMove := msgs[20:], 0
+	for publishes := 1; len(pending) > 0; publishes++ {
+		if time.Since(start) > 3*metadataTTL {
+			t.Fatalf("%d messages still refused %v after the move (metadata TTL %v)", len(pending), time.Since(start).Round(time.Millisecond), metadataTTL)
+		}
+		var again []router.Message
+		for i, err := range d.Publish(ctx, pending) {
+			switch {
+			case err == nil:
+			case router.KindOf(err) == router.KindRetryable && errors.Is(err, kafka.NotLeaderForPartition):
+				refusedAfterMove++
+				again = append(again, pending[i])
+			default:
+				t.Fatalf("message %d after the move: %v (%s), want retryable NOT_LEADER_FOR_PARTITION or success", pending[i].ID, err, router.KindOf(err))
+			}
+		}
+		pending = again
+		if len(pending) > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("after the move: %d refusals by the old leader, all delivered %v later", refusedAfterMove, time.Since(start).Round(time.Millisecond))
+	seen := map[string]int{}
+	for _, ms := range readTopic(t, cluster.ListenAddrs()[0], "events", len(msgs)) {
+		for _, m := range ms {
+			seen[header(m, router.HeaderID)]++
+		}
+	}
+	for _, m := range msgs {
+		if n := seen[strconv.FormatInt(m.ID, 10)]; n != 1 {
+			t.Fatalf("message %d is at the broker %d times, want once", m.ID, n)
+		}
 	}
 }
