@@ -71,7 +71,11 @@ func (c *publishCall) produceOnce(idx []int) []int {
 		topic, p := c.msgs[i].Topic, c.parts[i]
 		leaders := layout[topic].leaders
 		if p < 0 || int(p) >= len(leaders) || leaders[p] < 0 {
-			c.out[i] = classify(publishError(topic, fmt.Errorf("partition %d has no leader now: %w", p, kafka.LeaderNotAvailable)))
+			why := fmt.Errorf("partition %d has no leader now: %w", p, kafka.LeaderNotAvailable)
+			if p < 0 {
+				why = fmt.Errorf("the cluster's metadata lists no partition of the topic: %w", kafka.LeaderNotAvailable)
+			}
+			c.out[i] = classify(publishError(topic, why))
 			again = append(again, i)
 			continue
 		}
