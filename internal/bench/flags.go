@@ -33,7 +33,7 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Quick, "quick", false, "small sizes, for tests and CI (flags given explicitly still win)")
 	fs.StringVar(&o.Binary, "dispatcher-binary", "", "outboxd binary run as the drain's dispatcher process (default: the outboxd beside this executable)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a phase after this long")
-	fs.StringVar(&o.BaselineBinary, "baseline-binary", "", "A/B mode: run each drain with this outboxd (A) and with the current one (B), interleaved, --rounds times")
+	fs.StringVar(&o.BaselineBinary, "baseline-binary", "", "A/B mode: run each drain with this outboxd (A) and with the current one (B), interleaved (A B, B A, …), --rounds times")
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "A/B pairs per driver with --baseline-binary")
 	fs.StringVar(&o.Replicas, "replicas", "", "scale mode: drain one backlog with each of these numbers of dispatcher processes, e.g. 1,2,4")
 	fs.StringVar(&o.ManyStreams, "many-streams", "", "scale mode: configure each of these numbers of streams, e.g. 100,1000, all idle but a few busy ones")

@@ -57,23 +57,24 @@ type benchABRatio struct {
 
 // abDrains runs driver's drain rounds times with the baseline binary and with the
 // current one, alternately, and returns the comparison and the current binary's drain
-// of median throughput (the driver's drain in the report).
+// of median throughput (the driver's drain in the report). Every other round runs the
+// current binary first (A B, B A, A B, …), so that what drifts over a run weighs on
+// both alike: an embedded Kafka-protocol broker, for one, keeps every drain's messages,
+// and its later drains ran slower.
 func (b *bench) abDrains(ctx context.Context, driver string) (*benchABDriver, benchDrain, error) {
-	var a, cur []benchDrain
-	for range b.opt.set.Rounds {
-		for _, bin := range []string{b.opt.set.BaselineBinary, b.opt.binary} {
-			d, err := b.drainWith(ctx, drainSpec{driver: driver, binary: bin, idle: true})
+	sides := [2][]benchDrain{} // A, B
+	bins := [2]string{b.opt.set.BaselineBinary, b.opt.binary}
+	for round := range b.opt.set.Rounds {
+		for _, side := range abOrder(round) {
+			d, err := b.drainWith(ctx, drainSpec{driver: driver, binary: bins[side], idle: true})
 			if err != nil {
 				return nil, benchDrain{}, err
 			}
-			b.noteMissing(fmt.Sprintf("%s (%s)", driver, bin), d.Missing)
-			if bin == b.opt.set.BaselineBinary {
-				a = append(a, d.benchDrain)
-			} else {
-				cur = append(cur, d.benchDrain)
-			}
+			b.noteMissing(fmt.Sprintf("%s (%s)", driver, bins[side]), d.Missing)
+			sides[side] = append(sides[side], d.benchDrain)
 		}
 	}
+	a, cur := sides[0], sides[1]
 	r := &benchABDriver{A: abSide(a), B: abSide(cur)}
 	ratio := func(x, y float64) float64 {
 		if y == 0 {
@@ -93,6 +94,14 @@ func (b *bench) abDrains(ctx context.Context, driver string) (*benchABDriver, be
 	r.Ratio.MedianOfRuns = median(r.Ratio.RunsMsgsPerSec)
 	slices.SortFunc(cur, func(x, y benchDrain) int { return cmp.Compare(x.MsgsPerSec, y.MsgsPerSec) })
 	return r, cur[(len(cur)-1)/2], nil
+}
+
+// abOrder is the order of the sides (0 for A, 1 for B) in round, counted from 0.
+func abOrder(round int) [2]int {
+	if round%2 == 1 {
+		return [2]int{1, 0}
+	}
+	return [2]int{0, 1}
 }
 
 func abSide(runs []benchDrain) benchABSide {

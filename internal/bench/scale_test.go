@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -166,36 +167,56 @@ func TestClaimerProcessesMoveTheWholeBacklogTogetherAndEachOnlyItsOwnRows(t *tes
 
 func TestABModeRunsBaselineAndCurrentAlternatelyAndReportsTheirRatios(t *testing.T) {
 	t.Parallel()
-	// The baseline is a copy of the same build, under another name.
-	baseline := filepath.Join(t.TempDir(), "outboxd-base")
-	data, err := os.ReadFile(outboxdBinary(t))
+	// Both sides are the same build behind scripts that note each drain's side.
+	dir := t.TempDir()
+	sides := filepath.Join(dir, "sides")
+	wrap := func(name, side string) string {
+		path := filepath.Join(dir, name)
+		script := fmt.Sprintf("#!/bin/sh\n[ \"$1\" = run ] && echo %s >> %q\nexec %q \"$@\"\n", side, sides, outboxdBinary(t))
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	baseline, current := wrap("outboxd-base", "A"), wrap("outboxd-current", "B")
+	for _, floor := range []string{floorProgram, floorLinkedProgram} { // found beside the current binary
+		if err := os.Symlink(filepath.Join(filepath.Dir(outboxdBinary(t)), floor), filepath.Join(dir, floor)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runBench(t, "--drivers", "discard", "--baseline-binary", baseline, "--dispatcher-binary", current,
+		"--rounds", "3", "--messages", "1000", "--idle-samples", "5", "--latency-duration", "200ms")
+	ran, err := os.ReadFile(sides)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(baseline, data, 0o755); err != nil {
-		t.Fatal(err)
+	// Rounds A B, B A, A B make the sides' runs A, B B, A A, B (a drain may start its
+	// binary more than once, and the latency phase after the drains runs B again); rounds
+	// A B, A B, A B would alternate six times.
+	got := slices.Compact(strings.Fields(string(ran)))
+	if !slices.Equal(got, []string{"A", "B", "A", "B"}) {
+		t.Errorf("the sides ran in the runs %v (all: %q); want A, B, A, B: each round after the first starts with the side that ended the one before", got, ran)
 	}
-	r := runBench(t, "--drivers", "discard", "--baseline-binary", baseline, "--rounds", "2", "--messages", "1000")
 	if r.AB == nil || r.AB.Drivers["discard"] == nil {
 		t.Fatalf("no A/B figures: %+v", r.AB)
 	}
 	x := r.AB.Drivers["discard"]
-	if len(x.A.RunsMsgsPerSec) != 2 || len(x.B.RunsMsgsPerSec) != 2 {
-		t.Fatalf("runs A %v, B %v; want two each", x.A.RunsMsgsPerSec, x.B.RunsMsgsPerSec)
+	if len(x.A.RunsMsgsPerSec) != 3 || len(x.B.RunsMsgsPerSec) != 3 {
+		t.Fatalf("runs A %v, B %v; want three each", x.A.RunsMsgsPerSec, x.B.RunsMsgsPerSec)
 	}
 	if !near(x.Ratio.MsgsPerSec, x.B.MsgsPerSec/x.A.MsgsPerSec) || !near(x.Ratio.DispatcherCPUSeconds, x.B.DispatcherCPUSeconds/x.A.DispatcherCPUSeconds) {
 		t.Errorf("ratios %+v do not match medians A %+v, B %+v", x.Ratio, x.A, x.B)
 	}
-	if len(x.Ratio.RunsMsgsPerSec) != 2 || !near(x.Ratio.RunsMsgsPerSec[1], x.B.RunsMsgsPerSec[1]/x.A.RunsMsgsPerSec[1]) {
+	if len(x.Ratio.RunsMsgsPerSec) != 3 || !near(x.Ratio.RunsMsgsPerSec[1], x.B.RunsMsgsPerSec[1]/x.A.RunsMsgsPerSec[1]) {
 		t.Errorf("per-round ratios %v from A %v and B %v", x.Ratio.RunsMsgsPerSec, x.A.RunsMsgsPerSec, x.B.RunsMsgsPerSec)
 	}
 	if x.A.DispatcherIdleRSSMiB <= 0 || x.B.DispatcherIdleRSSMiB <= 0 || !near(x.Ratio.DispatcherIdleRSSMiB, x.B.DispatcherIdleRSSMiB/x.A.DispatcherIdleRSSMiB) ||
 		x.A.ReadyDispatchingMs <= 0 || !near(x.Ratio.ReadyzMs, x.B.ReadyzMs/x.A.ReadyzMs) {
 		t.Errorf("idle RSS and start figures %+v from A %+v and B %+v", x.Ratio, x.A, x.B)
 	}
-	if f := r.ReadyMs; f.Drains != 4 || f.ReadyzMs <= 0 || f.DispatchingMs <= 0 || f.FloorStarts != 4 || f.FloorReadyzMs <= 0 ||
-		f.FloorLinkedStarts != 4 || f.FloorLinkedReadyzMs <= 0 {
-		t.Errorf("ready_ms %+v, want the medians of 4 drains and of both floors started before each", r.ReadyMs)
+	if f := r.ReadyMs; f.Drains != 6 || f.ReadyzMs <= 0 || f.DispatchingMs <= 0 || f.FloorStarts != 6 || f.FloorReadyzMs <= 0 ||
+		f.FloorLinkedStarts != 6 || f.FloorLinkedReadyzMs <= 0 {
+		t.Errorf("ready_ms %+v, want the medians of 6 drains and of both floors started before each", r.ReadyMs)
 	}
 	if !slices.Contains(x.B.RunsMsgsPerSec, r.Drivers["discard"].Drain.MsgsPerSec) {
 		t.Errorf("the driver's drain (%v msg/s) is not one of the current binary's runs %v", r.Drivers["discard"].Drain.MsgsPerSec, x.B.RunsMsgsPerSec)
