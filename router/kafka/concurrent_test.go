@@ -42,19 +42,7 @@ func TestConcurrentPublishesUnderRefusalsAndDroppedConnectionsLoseNothing(t *tes
 		switch {
 		case n%5 == 1 || time.Now().UnixNano() < outageEnds.Load(): // refused: NOT_ENOUGH_REPLICAS on every partition
 			refused.Add(1)
-			pr := req.(*kmsg.ProduceRequest)
-			resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-			for _, rt := range pr.Topics {
-				st := kmsg.NewProduceResponseTopic()
-				st.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
-					sp := kmsg.NewProduceResponseTopicPartition()
-					sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
+			return refusal(req.(*kmsg.ProduceRequest), kerr.NotEnoughReplicas.Code), nil, true
 		case n%7 == 3: // the connection dropped, the request unread
 			dropped.Add(1)
 			return nil, kerr.UnknownServerError, true

@@ -85,21 +85,25 @@ func refuseProduce(c *kfake.Cluster, refuse func(topic string, partition int32, 
 		}
 		c.KeepControl()
 		hits.Add(1)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range pr.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return refusal(pr, code), nil, true
 	})
 	return &hits
+}
+
+// refusal is a broker's answer to pr that refuses every partition of it with code.
+func refusal(pr *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range pr.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 func TestABrokerRefusalIsRetryableForTheMessagesOfThatPartitionOnly(t *testing.T) {
