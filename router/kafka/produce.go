@@ -42,22 +42,25 @@ type partBatch struct {
 	stopped   bool // a request for it failed: the rest waits for the next attempt
 }
 
-// produceOnce sends the messages at idx once, to their partitions' leaders, and sets
-// their outcomes; it returns the indexes whose failure may pass if they are sent again
-// (a temporary refusal, a connection lost), each partition's in the call's order.
-func (c *publishCall) produceOnce(idx []int) []int {
-	topics := make([]string, 0, 1)
-	for _, i := range idx {
-		if t := c.msgs[i].Topic; !slices.Contains(topics, t) {
-			topics = append(topics, t)
-		}
-	}
-	layout, err := c.d.topicMeta(c.wctx, c.d.transport, topics, false)
-	if err != nil {
+// produceOnce sends the messages at idx once, to their partitions' leaders as layout
+// names them (read from the producer's metadata when nil), and sets their outcomes; it
+// returns the indexes whose failure may pass if they are sent again (a temporary
+// refusal, a connection lost), each partition's in the call's order.
+func (c *publishCall) produceOnce(idx []int, layout map[string]topicState) []int {
+	if layout == nil {
+		topics := make([]string, 0, 1)
 		for _, i := range idx {
-			c.out[i] = c.unsent(c.msgs[i].Topic, err)
+			if t := c.msgs[i].Topic; !slices.Contains(topics, t) {
+				topics = append(topics, t)
+			}
 		}
-		return nil
+		var err error
+		if layout, err = c.d.topicMeta(c.wctx, c.d.transport, topics, false); err != nil {
+			for _, i := range idx {
+				c.out[i] = c.unsent(c.msgs[i].Topic, err)
+			}
+			return nil
+		}
 	}
 	if c.parts == nil {
 		c.assign(idx, layout)

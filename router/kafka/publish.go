@@ -87,7 +87,7 @@ func (c *publishCall) run() {
 			topics = append(topics, topic)
 		}
 	}
-	refused := c.checkTopics(topics)
+	refused, layout := c.checkTopics(topics)
 
 	send := make([]int, 0, n)
 	for i := range c.msgs {
@@ -100,7 +100,7 @@ func (c *publishCall) run() {
 		}
 		send = append(send, i)
 	}
-	c.send(send)
+	c.send(send, layout)
 
 	if len(send) < 2 {
 		return
@@ -123,7 +123,7 @@ func (c *publishCall) run() {
 			continue
 		}
 		c.out[i] = nil
-		c.send([]int{i})
+		c.send([]int{i}, nil)
 		if c.out[i] != nil && key != nil && ordered {
 			if failedKeys == nil {
 				failedKeys = map[string]int64{}
@@ -136,10 +136,12 @@ func (c *publishCall) run() {
 // send publishes the messages at indexes idx and records their outcomes: up to
 // writeAttempts attempts for those whose failure may pass, with a growing pause
 // between them, all within the write timeout. A message confirmed keeps its success
-// whatever happens to the others.
-func (c *publishCall) send(idx []int) {
+// whatever happens to the others. layout, when not nil, is the metadata the first
+// attempt routes by; later attempts read it again.
+func (c *publishCall) send(idx []int, layout map[string]topicState) {
 	for attempt := 1; len(idx) > 0; attempt++ {
-		idx = c.produceOnce(idx)
+		idx = c.produceOnce(idx, layout)
+		layout = nil
 		if len(idx) == 0 || attempt == writeAttempts {
 			return
 		}
@@ -180,17 +182,18 @@ func (c *publishCall) unsent(topic string, err error) error {
 // A topic unknown to kafka-go's cached metadata is looked up afresh before it is called
 // missing, because it may have been created since the cache was filled; when it exists
 // after all, we wait, within the write timeout, for the cache to catch up, since
-// kafka-go routes by the cache alone.
-func (c *publishCall) checkTopics(topics []string) map[string]error {
+// kafka-go routes by the cache alone. When every topic was known, it also returns what
+// the metadata said of them, for the first attempt to route by.
+func (c *publishCall) checkTopics(topics []string) (map[string]error, map[string]topicState) {
 	refused := map[string]error{}
 	if len(topics) == 0 {
-		return refused
+		return refused, nil
 	}
-	fail := func(topics []string, err error) map[string]error {
+	fail := func(topics []string, err error) (map[string]error, map[string]topicState) {
 		for _, t := range topics {
 			refused[t] = c.unsent(t, err)
 		}
-		return refused
+		return refused, nil
 	}
 	codes, err := c.d.topicMeta(c.wctx, c.d.transport, topics, c.d.autoCreate)
 	if err != nil {
@@ -207,7 +210,7 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 		}
 	}
 	if len(unknown) == 0 {
-		return refused
+		return refused, codes
 	}
 
 	fresh := c.d.connect()
@@ -236,7 +239,7 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 		}
 	}
 	if len(created) == 0 {
-		return refused
+		return refused, nil
 	}
 	c.d.log.Debug("waiting for the producer's metadata to learn new topics", "topics", created)
 	tick := time.NewTicker(metadataPoll)
@@ -244,7 +247,7 @@ func (c *publishCall) checkTopics(topics []string) map[string]error {
 	for {
 		codes, err = c.d.topicMeta(c.wctx, c.d.transport, created, false)
 		if err == nil && !slices.ContainsFunc(created, func(t string) bool { return codes[t].code != 0 }) {
-			return refused
+			return refused, nil
 		}
 		select {
 		case <-c.wctx.Done():
