@@ -39,6 +39,7 @@ type partBatch struct {
 	partition int32
 	idx       []int
 	next      int  // idx[:next] are confirmed
+	end       int  // idx[next:end] are in the request in flight
 	stopped   bool // a request for it failed: the rest waits for the next attempt
 }
 
@@ -158,32 +159,32 @@ func (c *publishCall) toLeader(parts []*partBatch) []int {
 	for {
 		req := &produce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(min(c.d.writeTimeout.Milliseconds(), math.MaxInt32))}
 		var sent []*partBatch
-		var ends []int
 		total := 0
 		at := time.Now()
 		for _, b := range parts {
 			if b.stopped || b.next == len(b.idx) {
 				continue
 			}
-			end, size := b.next, 0
-			for end < len(b.idx) && end-b.next < batchMessages {
-				s := requestSize(&c.batch[b.idx[end]])
-				if end > b.next && (size+s > maxRequestBytes || total+size+s > maxProduceBytes) {
+			b.end = b.next
+			size := 0
+			for b.end < len(b.idx) && b.end-b.next < batchMessages {
+				s := requestSize(&c.batch[b.idx[b.end]])
+				if b.end > b.next && (size+s > maxRequestBytes || total+size+s > maxProduceBytes) {
 					break
 				}
 				size += s
-				end++
+				b.end++
 			}
 			if len(sent) > 0 && total+size > maxProduceBytes {
 				break
 			}
 			total += size
-			sent, ends = append(sent, b), append(ends, end)
+			sent = append(sent, b)
 			req.Topics = addPartition(req.Topics, b.topic, produce.RequestPartition{
 				Partition: b.partition,
 				RecordSet: protocol.RecordSet{
 					Attributes: c.d.compression,
-					Records:    &records{batch: c.batch, idx: b.idx[b.next:end], at: at},
+					Records:    &records{batch: c.batch, idx: b.idx[b.next:b.end], at: at},
 				},
 			})
 		}
@@ -199,7 +200,7 @@ func (c *publishCall) toLeader(parts []*partBatch) []int {
 			continue
 		}
 		codes, ok := answers(res)
-		for j, b := range sent {
+		for _, b := range sent {
 			code, answered := codes[topicPartition{b.topic, b.partition}]
 			switch {
 			case !ok || !answered:
@@ -207,10 +208,10 @@ func (c *publishCall) toLeader(parts []*partBatch) []int {
 			case code != 0:
 				fail(b, classify(publishError(b.topic, code)), code.Temporary())
 			default:
-				for _, i := range b.idx[b.next:ends[j]] {
+				for _, i := range b.idx[b.next:b.end] {
 					c.out[i] = nil
 				}
-				b.next = ends[j]
+				b.next = b.end
 			}
 		}
 	}
