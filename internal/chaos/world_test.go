@@ -186,6 +186,11 @@ func (w *world) createStreams() {
 	cfg := jetstream.StreamConfig{Name: jsStream, Subjects: []string{streamShipments + ".>"}, Storage: jetstream.FileStorage}
 	if w.set.jsLimitFraction > 0 {
 		per := w.storedBytesPerMessage(js)
+		// The probe goes once the others exist. Deleting an account's only stream
+		// makes the server remove the account's directory in the background, and a
+		// stream created meanwhile fails with "error creating store for stream" (seen
+		// in CI; nats-server v2.15.2, stream.go's delete).
+		defer func() { _ = js.DeleteStream(context.WithoutCancel(w.ctx), "PROBE") }()
 		shipments := float64(w.f.messages) / float64(len(allStreams))
 		w.jsLimit = int64(shipments*w.set.jsLimitFraction) * per
 		cfg.MaxBytes, cfg.Discard = w.jsLimit, jetstream.DiscardNew
@@ -197,11 +202,10 @@ func (w *world) createStreams() {
 }
 
 // storedBytesPerMessage measures what one shipment of ours takes in a stream, with the
-// headers outboxd adds, in a scratch stream.
+// headers outboxd adds, in the scratch stream PROBE, which it leaves to the caller.
 func (w *world) storedBytesPerMessage(js jetstream.JetStream) int64 {
 	s, err := js.CreateStream(w.ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe.>"}, Storage: jetstream.FileStorage})
 	must(w.t, err)
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(w.ctx), "PROBE") }()
 	m := natsgo.NewMsg("probe." + rowTopic[streamShipments])
 	m.Data = make([]byte, payloadBytes)
 	m.Header.Set("Outbox-Id", "1234567")
