@@ -80,6 +80,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 		return fill(errs, router.Unreachable(fmt.Errorf("driver %s: %w", d.name, err)))
 	}
 	sent := 0
+	var build natsconn.Builder // PublishMsg copies each message before the next is built
 	for i := range msgs {
 		m := &msgs[i]
 		if err := ctx.Err(); err != nil {
@@ -90,8 +91,8 @@ func (d *Driver) Publish(ctx context.Context, msgs []router.Message) []error {
 			errs[i] = router.Permanent(err)
 			continue
 		}
-		msg := natsconn.Msg(m, 0)
-		if err := natsconn.CheckHeaders(msg.Header); err != nil {
+		msg, err := build.Msg(m, false, "")
+		if err != nil {
 			errs[i] = router.Permanent(fmt.Errorf("publish to %s: %w", m.Topic, err))
 			continue
 		}

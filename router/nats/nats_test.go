@@ -3,7 +3,9 @@ package nats_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -66,6 +68,54 @@ func TestAnOversizePayloadIsPermanentAndTheRestOfItsBatchIsDelivered(t *testing.
 	for _, r := range c.receive(t, topic, len(msgs)-1) {
 		if len(r.Payload) > 16 {
 			t.Fatal("the oversize message arrived")
+		}
+	}
+}
+
+// Publish builds every message in one reused header map: what one message carried must
+// not reach the next, and a message refused for a header fails alone.
+func TestAHeaderNATSWouldAlterFailsItsMessageAloneAndNoHeaderCarriesOver(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewNATS(t)
+	c := newConsumer(t, srv.URL())
+	d := newDriver(t, srv.URL())
+	topic := c.topic(t)
+
+	msgs := messages(topic, 6, 8)
+	msgs[0].Headers["only-first"] = "1"
+	msgs[0].Key = []byte("k0")
+	const bad = 2
+	msgs[bad].Headers["trace"] = "a\r\nb"
+	msgs[bad+1].Key = []byte("k3")
+	errs := d.Publish(ctx(t), msgs)
+	for i, err := range errs {
+		switch {
+		case i == bad && router.KindOf(err) != router.KindPermanent:
+			t.Fatalf("message with a CR LF header: kind %s (%v), want permanent", router.KindOf(err), err)
+		case i == bad && !errors.Is(err, nats.ErrBadHeaderMsg):
+			t.Fatalf("message with a CR LF header: %v, want nats.ErrBadHeaderMsg", err)
+		case i != bad && err != nil:
+			t.Fatalf("message %d beside the refused one: %v", i, err)
+		}
+	}
+	for _, r := range c.receive(t, topic, len(msgs)-1) {
+		seq, _ := strconv.Atoi(r.Headers["seq"])
+		if seq == bad {
+			t.Fatalf("the refused message arrived: %v", r.Headers)
+		}
+		want := maps.Clone(msgs[seq].Headers)
+		want[router.HeaderID], want[router.HeaderStream] = strconv.Itoa(seq+1), "test"
+		want[router.HeaderMessageID] = msgs[seq].DedupID()
+		if msgs[seq].Key != nil {
+			want[router.HeaderKey] = string(msgs[seq].Key)
+		}
+		if len(r.Headers) != len(want) {
+			t.Fatalf("message %d arrived with headers %v, want %v", seq, r.Headers, want)
+		}
+		for k, v := range want {
+			if r.Headers[k] != v {
+				t.Fatalf("message %d: header %s = %q, want %q (all: %v)", seq, k, r.Headers[k], v, r.Headers)
+			}
 		}
 	}
 }
