@@ -3,9 +3,12 @@ package nats_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/router"
@@ -13,14 +16,14 @@ import (
 	"github.com/outboxd/outboxd/router/natsconn"
 )
 
-// BenchmarkPublish publishes batches of 1 KiB messages to an embedded server with no
-// subscriber (core NATS then discards them): the figure is the driver's publish-and-flush
-// cost. Run with a fixed count, e.g. -benchtime=200x.
+// BenchmarkPublish publishes batches of 1 KiB messages to a server with no subscriber
+// (core NATS then discards them): the figure is the driver's publish-and-flush cost. The
+// server is embedded unless OUTBOXD_BENCH_NATS_URL names one. Run with a fixed count,
+// e.g. -benchtime=200x.
 func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{100, 500} {
 		b.Run("nats/batch="+strconv.Itoa(size), func(b *testing.B) {
-			srv := testenv.NewNATS(b)
-			d, err := natsdriver.New("bench", natsdriver.Options{Options: natsconn.Options{URL: srv.URL(), PublishTimeout: 10 * time.Second}}, nil)
+			d, err := natsdriver.New("bench", natsdriver.Options{Options: natsconn.Options{URL: benchURL(b), PublishTimeout: 10 * time.Second}}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -33,6 +36,7 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			ctx := context.Background()
 			var id int64
+			cpu := testenv.ProcessCPU()
 			b.ResetTimer()
 			for b.Loop() {
 				for i := range msgs {
@@ -45,7 +49,68 @@ func BenchmarkPublish(b *testing.B) {
 					}
 				}
 			}
+			b.StopTimer()
 			b.ReportMetric(float64(id)/b.Elapsed().Seconds(), "msgs/s")
+			reportCPU(b, cpu, id)
 		})
 	}
+}
+
+// reportCPU reports this process's CPU time since cpu per message, when it is known: the
+// driver's and the embedded server's, or the driver's alone against
+// OUTBOXD_BENCH_NATS_URL's server.
+func reportCPU(b *testing.B, cpu time.Duration, msgs int64) {
+	if cpu >= 0 {
+		b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Microseconds())/float64(msgs), "cpu-µs/msg")
+	}
+}
+
+// BenchmarkPublishFloor is BenchmarkPublish's messages published the least a client of
+// nats.go can do for them, to set BenchmarkPublish's cpu-µs/msg against: each message
+// built once with the driver's headers, only its ids rewritten; PublishMsg, then one
+// Flush per batch; no checks, no watch on the connection.
+func BenchmarkPublishFloor(b *testing.B) {
+	for _, size := range []int{100, 500} {
+		b.Run("nats/batch="+strconv.Itoa(size), func(b *testing.B) {
+			nc, err := natsgo.Connect(benchURL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			payload := bytes.Repeat([]byte("p"), 1024)
+			msgs := make([]*natsgo.Msg, size)
+			for i := range msgs {
+				msgs[i] = &natsgo.Msg{Subject: "bench.publish", Data: payload, Header: natsgo.Header{
+					"content-type": {"application/octet-stream"}, router.HeaderStream: {"bench"},
+					router.HeaderID: {""}, router.HeaderMessageID: {""}}}
+			}
+			var id int64
+			cpu := testenv.ProcessCPU()
+			b.ResetTimer()
+			for b.Loop() {
+				for _, m := range msgs {
+					id++
+					v := strconv.FormatInt(id, 10)
+					m.Header[router.HeaderID][0], m.Header[router.HeaderMessageID][0] = v, v
+					if err := nc.PublishMsg(m); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := nc.Flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(id)/b.Elapsed().Seconds(), "msgs/s")
+			reportCPU(b, cpu, id)
+		})
+	}
+}
+
+// benchURL is OUTBOXD_BENCH_NATS_URL, else an embedded server's URL.
+func benchURL(b *testing.B) string {
+	if url := os.Getenv("OUTBOXD_BENCH_NATS_URL"); url != "" {
+		return url
+	}
+	return testenv.NewNATS(b).URL()
 }

@@ -1,14 +1,15 @@
 //go:build unix
 
-package jetstream_test
+package testenv
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is this process's CPU time so far (user + system).
-func processCPU() time.Duration {
+// ProcessCPU is this process's CPU time so far (user + system), -1 where it is not
+// known: benchmarks report it per message (cpu-µs/msg).
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return -1
