@@ -58,9 +58,7 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(id)/b.Elapsed().Seconds(), "msgs/s")
-			if cpu >= 0 {
-				b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Microseconds())/float64(id), "cpu-µs/msg")
-			}
+			testenv.ReportCPUPerMessage(b, cpu, id)
 		})
 	}
 }
@@ -142,9 +140,7 @@ func BenchmarkPublishFloor(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(id)/b.Elapsed().Seconds(), "msgs/s")
-			if cpu >= 0 {
-				b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Microseconds())/float64(id), "cpu-µs/msg")
-			}
+			testenv.ReportCPUPerMessage(b, cpu, id)
 		})
 	}
 }
