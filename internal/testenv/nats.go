@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,16 @@ type NATSServer struct {
 	opts server.Options
 	srv  *server.Server
 	log  *testLogger
+}
+
+// BenchNATSURL is the server the NATS benchmarks publish to: OUTBOXD_BENCH_NATS_URL
+// when set (JetStream enabled), so that their cpu-µs/msg is the client's alone, else an
+// embedded server's URL, whose CPU time then counts as the benchmark's.
+func BenchNATSURL(t testing.TB) string {
+	if url := os.Getenv("OUTBOXD_BENCH_NATS_URL"); url != "" {
+		return url
+	}
+	return NewNATS(t).URL()
 }
 
 // NewNATS starts an embedded NATS server with JetStream for t; it stops when t ends.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -67,10 +66,7 @@ func BenchmarkPublish(b *testing.B) {
 // benchStream returns the URL of the benchmarks' server, with the stream BENCH for
 // bench.> created afresh.
 func benchStream(b *testing.B) string {
-	url := os.Getenv("OUTBOXD_BENCH_NATS_URL")
-	if url == "" {
-		url = testenv.NewNATS(b).URL()
-	}
+	url := testenv.BenchNATSURL(b)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)

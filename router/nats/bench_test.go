@@ -3,7 +3,6 @@ package nats_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ import (
 func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{100, 500} {
 		b.Run("nats/batch="+strconv.Itoa(size), func(b *testing.B) {
-			d, err := natsdriver.New("bench", natsdriver.Options{Options: natsconn.Options{URL: benchURL(b), PublishTimeout: 10 * time.Second}}, nil)
+			d, err := natsdriver.New("bench", natsdriver.Options{Options: natsconn.Options{URL: testenv.BenchNATSURL(b), PublishTimeout: 10 * time.Second}}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -64,7 +63,7 @@ func BenchmarkPublish(b *testing.B) {
 func BenchmarkPublishFloor(b *testing.B) {
 	for _, size := range []int{100, 500} {
 		b.Run("nats/batch="+strconv.Itoa(size), func(b *testing.B) {
-			nc, err := natsgo.Connect(benchURL(b))
+			nc, err := natsgo.Connect(testenv.BenchNATSURL(b))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -97,12 +96,4 @@ func BenchmarkPublishFloor(b *testing.B) {
 			testenv.ReportCPUPerMessage(b, cpu, id)
 		})
 	}
-}
-
-// benchURL is OUTBOXD_BENCH_NATS_URL, else an embedded server's URL.
-func benchURL(b *testing.B) string {
-	if url := os.Getenv("OUTBOXD_BENCH_NATS_URL"); url != "" {
-		return url
-	}
-	return testenv.NewNATS(b).URL()
 }
