@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -242,15 +243,15 @@ func readAck(br pgx.BatchResults, n int) (AckResult, error) {
 		return AckResult{}, err
 	}
 	res := AckResult{Lags: make([]time.Duration, 0, n)}
+	var us pgtype.Int8 // NULL for a row dated ±infinity: no lag to report
 	for rows.Next() {
-		var us *int64
 		if err := rows.Scan(&us); err != nil {
 			rows.Close()
 			return AckResult{}, err
 		}
 		res.Changed++
-		if us != nil {
-			res.Lags = append(res.Lags, time.Duration(*us)*time.Microsecond)
+		if us.Valid {
+			res.Lags = append(res.Lags, time.Duration(us.Int64)*time.Microsecond)
 		}
 	}
 	if err := rows.Err(); err != nil {
