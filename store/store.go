@@ -219,12 +219,14 @@ func readClaimed(rows pgx.Rows, stream string, limit int, c *Claim) error {
 	var deferred *time.Time
 	var created pgtype.Timestamptz
 	var at Position
+	var headers headerScan
 	dest := make([]any, 12)
 	dest[8], dest[9], dest[10], dest[11] = &created, &deferred, &c.LeaseUntil, &at.at
 	for rows.Next() {
 		c.Messages = append(c.Messages, Message{})
 		m := &c.Messages[len(c.Messages)-1]
-		dest[0], dest[1], dest[2], dest[3] = &m.ID, &m.Topic, &m.Key, &m.Headers
+		headers.m = &m.Headers
+		dest[0], dest[1], dest[2], dest[3] = &m.ID, &m.Topic, &m.Key, headers
 		dest[4], dest[5], dest[6], dest[7] = &m.Payload, &m.MessageID, &m.DedupID, &m.Attempts
 		deferred = nil
 		if err := rows.Scan(dest...); err != nil {
