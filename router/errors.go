@@ -88,8 +88,7 @@ func HeldBack(err error) error { return &Error{Kind: KindHeldBack, Err: err} }
 // KindOf returns the kind of a publish error: its classification when a driver gave
 // one; canceled for a bare context error; retryable otherwise.
 func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok { // errors.As would put a target on the heap per call
 		return e.Kind
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

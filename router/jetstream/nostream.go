@@ -51,7 +51,7 @@ func (d *Driver) confirmNoStream(ctx context.Context, msgs []router.Message, err
 // maybeNoStream says whether err is a retryable failure that a missing stream explains:
 // an answer that was not a PubAck (ErrInvalidJSAck: a core subscriber's reply) or none.
 func maybeNoStream(err error) bool {
-	return router.KindOf(err) == router.KindRetryable &&
+	return err != nil && router.KindOf(err) == router.KindRetryable &&
 		(errors.Is(err, jetstream.ErrInvalidJSAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout))
 }
 
