@@ -40,6 +40,16 @@ func TestABuilderReusedForManyMessagesBuildsEachAsMsgDoes(t *testing.T) {
 		{ID: 3, Stream: "orders", Topic: "orders.paid", MessageID: "order-3", Key: []byte{},
 			Headers: map[string]string{router.HeaderID: "forged", nats.MsgIdHdr: "forged-too"}},
 		{ID: 4, Stream: "orders", Topic: "orders.created", Headers: map[string]string{"trace": "t4"}},
+		{ID: 5, Stream: "orders", Topic: "orders.created", Headers: map[string]string{"trace": "t5"}}, // 4's shape
+		{ID: 6, Stream: "refunds", Topic: "refunds.created", Headers: map[string]string{"span": "s6"}},
+		{ID: 7, Stream: "orders", Topic: "orders.created", Key: []byte("k7"), Payload: []byte("g"),
+			Headers: map[string]string{"content-type": "text/plain", "trace": "t7", "extra": "y"}}, // 1's shape, after others
+		{ID: 8, Stream: "orders", Topic: "orders.created", Key: []byte("k8"),
+			Headers: map[string]string{"content-type": "text/plain", "trace": "t8", "extra": "z"}}, // 7's shape
+		{ID: 9, Stream: "orders", Topic: "orders.paid", MessageID: "order-9", Key: []byte("k9"),
+			Headers: map[string]string{router.HeaderID: "forged", nats.MsgIdHdr: "forged-again"}}, // 3's names, keyed
+		{ID: 10, Stream: "orders", Topic: "orders.paid", Key: []byte("k10"),
+			Headers: map[string]string{router.HeaderID: "forged", nats.MsgIdHdr: "forged-once-more"}}, // 9's shape
 	}
 	var b natsconn.Builder
 	for _, dedup := range []bool{true, false} {
@@ -84,27 +94,51 @@ func TestABuilderRefusesWhatCheckHeadersRefusesWithItsError(t *testing.T) {
 	}
 }
 
+func TestABuilderRefusesAMessageOfTheShapeBeforeItWhenAValueIsBadAndTakesTheNext(t *testing.T) {
+	t.Parallel()
+	var b natsconn.Builder
+	for i, value := range []string{"fine", "bad\r\nInjected: 1", " padded", "fine again"} {
+		m := router.Message{ID: int64(i + 1), Stream: "s", Topic: "t", Key: []byte("k"), Headers: map[string]string{"trace": value}}
+		got, err := b.Msg(&m, true, "r")
+		want, wantErr := reference(&m, true, "r")
+		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+			t.Fatalf("value %q: error %v, want %v", value, err, wantErr)
+		}
+		if err == nil {
+			sameMsg(t, got, want)
+		}
+	}
+}
+
 // FuzzBuilder: whatever the headers, key and message id, Builder.Msg gives the message
-// and the error Msg and CheckHeaders give, also after building another message first.
+// and the error Msg and CheckHeaders give, also after building another message first:
+// of another shape, or of the same shape with other values.
 func FuzzBuilder(f *testing.F) {
 	f.Add("content-type", "application/json", "key-1", "", true)
 	f.Add("bad name", "v", "k", "id", false)
 	f.Add(router.HeaderKey, "x", " k", "id\r\n", true)
 	f.Add(nats.MsgIdHdr, "forged", "", "", true)
 	f.Fuzz(func(t *testing.T, name, value, key, msgID string, dedup bool) {
-		var b natsconn.Builder
-		prior := router.Message{ID: 9, Stream: "s", Topic: "t", Headers: map[string]string{"left": "over", name + "2": value}}
-		if _, err := b.Msg(&prior, !dedup, "r0"); err != nil && natsconn.CheckHeaders(nats.Header{name + "2": {value}}) == nil {
-			t.Fatalf("prior message refused: %v", err)
-		}
 		m := router.Message{ID: 10, Stream: "s", Topic: "t", Key: []byte(key), MessageID: msgID, Headers: map[string]string{name: value}}
-		got, err := b.Msg(&m, dedup, "r1")
-		want, wantErr := reference(&m, dedup, "r1")
-		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
-			t.Fatalf("error %v, want %v", err, wantErr)
+		priors := []router.Message{
+			{ID: 9, Stream: "s", Topic: "t", Headers: map[string]string{"left": "over", name + "2": value}},
+			{ID: 9, Stream: "s0", Topic: "t0", Key: []byte(key + "0"), Headers: map[string]string{name: value + "0"}},
 		}
-		if err == nil {
-			sameMsg(t, got, want)
+		for i := range priors {
+			var b natsconn.Builder
+			priorDedup := dedup // the second prior is of m's shape
+			if i == 0 {
+				priorDedup = !dedup
+			}
+			_, _ = b.Msg(&priors[i], priorDedup, "r0")
+			got, err := b.Msg(&m, dedup, "r1")
+			want, wantErr := reference(&m, dedup, "r1")
+			if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+				t.Fatalf("after prior %d: error %v, want %v", i, err, wantErr)
+			}
+			if err == nil {
+				sameMsg(t, got, want)
+			}
 		}
 	})
 }

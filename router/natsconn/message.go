@@ -35,37 +35,78 @@ func Msg(m *router.Message, room int) *nats.Msg {
 // is valid until its next call. That suits nats.Conn.PublishMsg, which copies a message
 // into the connection's buffer before it returns, and spares a header map and its value
 // slices per message. The zero Builder is ready to use; it is not safe for concurrent use.
+//
+// A message of the same shape as the one before (the same producer header names, a key
+// or none, Nats-Msg-Id or none), as a stream's messages nearly always are, only has its
+// values written: the map already holds, under every name, a slice of the storage.
 type Builder struct {
 	msg  nats.Msg
 	vals []string // backing storage of the header values
+
+	// The last message's shape: vals[i] holds the value of the producer header
+	// names[i], then come the outbox's own headers.
+	shaped         bool // the map holds the shape below, over the current vals
+	names          []string
+	namesOK        bool // every name in names passes headerNameOK
+	keyed, deduped bool
 }
+
+// sameShapeMax bounds the producer headers a message may have for its shape to be
+// compared with the last one's (name by name).
+const sameShapeMax = 8
 
 // Msg returns m as Msg(m, 1) would, with reply as its reply subject and, when dedup is
 // set, m.DedupID() as Nats-Msg-Id (winning over a producer header of that name). Its
 // error is CheckHeaders's for those headers; the headers are checked as they are set,
 // and CheckHeaders runs only for a message that may fail.
 func (b *Builder) Msg(m *router.Message, dedup bool, reply string) (*nats.Msg, error) {
-	need := len(m.Headers) + 5
+	np := len(m.Headers)
+	need := np + 5
 	if cap(b.vals) < need {
-		b.vals = make([]string, need)
+		b.vals, b.shaped = make([]string, need), false // the map's slices are of the old storage
 	}
 	vals := b.vals[:need]
 	h := b.msg.Header
-	if h == nil {
-		h = make(nats.Header, need)
-		b.msg.Header = h
-	} else {
-		clear(h)
+	same := b.shaped && np == len(b.names) && np <= sameShapeMax && (m.Key != nil) == b.keyed && dedup == b.deduped
+	ok := true
+	if same {
+		ok = b.namesOK
+		for k, v := range m.Headers {
+			j := slices.Index(b.names, k)
+			if j < 0 { // a name the last message did not have: build the map afresh
+				same = false
+				break
+			}
+			ok = ok && headerValueOK(v)
+			vals[j] = v
+		}
 	}
-	n, ok := 0, true
+	if !same {
+		if h == nil {
+			h = make(nats.Header, need)
+			b.msg.Header = h
+		} else {
+			clear(h)
+		}
+		b.names, b.namesOK, ok = b.names[:0], true, true
+		for k, v := range m.Headers {
+			b.namesOK = b.namesOK && headerNameOK(k)
+			ok = ok && headerValueOK(v)
+			n := len(b.names)
+			vals[n] = v
+			h[k] = vals[n : n+1 : n+1]
+			b.names = append(b.names, k)
+		}
+		ok = ok && b.namesOK
+		b.shaped, b.keyed, b.deduped = true, m.Key != nil, dedup
+	}
+	n := np
 	set := func(name, value string) {
 		vals[n] = value
-		h[name] = vals[n : n+1 : n+1]
+		if !same {
+			h[name] = vals[n : n+1 : n+1]
+		}
 		n++
-	}
-	for k, v := range m.Headers {
-		ok = ok && headerNameOK(k) && headerValueOK(v)
-		set(k, v)
 	}
 	set(router.HeaderID, strconv.FormatInt(m.ID, 10))
 	ok = ok && headerValueOK(m.Stream)
