@@ -243,7 +243,7 @@ func headerValueOK(v string) bool {
 		return true
 	}
 	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
-	return !isSpace(v[0]) && !isSpace(v[len(v)-1]) && !strings.ContainsAny(v, "\r\n")
+	return !isSpace(v[0]) && !isSpace(v[len(v)-1]) && strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0
 }
 
 // quoteShort quotes s for an error, cut to a readable length: the stored error text is
