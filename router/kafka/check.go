@@ -22,7 +22,7 @@ func (d *Driver) Check(m *router.Message) error {
 	if badTopic(m.Topic, &err) {
 		return err
 	}
-	km := message(m, nil)
+	km := message(m, nil, nil)
 	if size := requestSize(&km); size > maxRequestBytes {
 		return router.Permanent(publishError(m.Topic, fmt.Errorf(
 			"the message takes %d bytes (key %d, value %d, headers %d) and one produce request may take %d: %w",

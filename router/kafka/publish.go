@@ -68,11 +68,12 @@ func (c *publishCall) run() {
 	c.batch = make([]kafka.Message, n)
 	var topics []string
 	var stream []byte
+	s := newSlab(n, &c.msgs[0])
 	for i := range c.msgs {
 		if string(stream) != c.msgs[i].Stream {
 			stream = []byte(c.msgs[i].Stream)
 		}
-		c.batch[i] = message(&c.msgs[i], stream)
+		c.batch[i] = message(&c.msgs[i], stream, s)
 		topic := c.msgs[i].Topic
 		switch size := requestSize(&c.batch[i]); {
 		case topic == "":
@@ -321,11 +322,14 @@ func tooLarge(err error) bool {
 //
 // kafka-go only reads a header's value, so stream, when it holds m.Stream's bytes, is
 // shared by every message of a call, and the message id reuses the outbox id's bytes
-// when it is that id: a drain's allocations per message are what the broker needs.
-func message(m *router.Message, stream []byte) kafka.Message {
-	headers := make([]kafka.Header, 0, len(m.Headers)+3)
+// when it is that id. The headers and their values are cut from s, shared by the
+// messages of a call (nil: their own storage): a drain's allocations per message are
+// what the broker needs.
+func message(m *router.Message, stream []byte, s *slab) kafka.Message {
+	headers := s.headers(len(m.Headers) + 3)
 	if len(m.Headers) > 0 {
-		names := make([]string, 0, len(m.Headers))
+		var room [8]string
+		names := room[:0]
 		for name := range m.Headers {
 			if name != router.HeaderID && name != router.HeaderStream && name != router.HeaderMessageID {
 				names = append(names, name)
@@ -333,16 +337,16 @@ func message(m *router.Message, stream []byte) kafka.Message {
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			headers = append(headers, kafka.Header{Key: name, Value: []byte(m.Headers[name])})
+			headers = append(headers, kafka.Header{Key: name, Value: s.text(m.Headers[name])})
 		}
 	}
-	id := strconv.AppendInt(nil, m.ID, 10)
+	id := s.id(m.ID)
 	if string(stream) != m.Stream {
 		stream = []byte(m.Stream)
 	}
 	dedup := id // DedupID is the outbox id unless one of these is set
 	if m.MessageID != "" || m.RowDedupID != "" {
-		dedup = []byte(m.DedupID())
+		dedup = s.text(m.DedupID())
 	}
 	headers = append(headers,
 		kafka.Header{Key: router.HeaderID, Value: id},
@@ -350,6 +354,67 @@ func message(m *router.Message, stream []byte) kafka.Message {
 		kafka.Header{Key: router.HeaderMessageID, Value: dedup},
 	)
 	return kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Payload, Headers: headers}
+}
+
+// slab is storage the messages of one Publish call take their headers from, a few
+// large allocations for the call instead of several for each message. What it hands
+// out is never written again: storage that runs out is replaced, not reused, so a
+// message keeps its headers for as long as anything holds it. The nil slab allocates
+// each piece on its own.
+type slab struct {
+	hdrs  []kafka.Header
+	bytes []byte
+}
+
+// newSlab returns a slab sized for n messages of m's shape.
+func newSlab(n int, m *router.Message) *slab {
+	perMessage := 20 + len(m.DedupID())
+	for _, v := range m.Headers {
+		perMessage += len(v)
+	}
+	return &slab{hdrs: make([]kafka.Header, 0, n*(len(m.Headers)+3)), bytes: make([]byte, 0, n*perMessage)}
+}
+
+// headers returns an empty slice with room for n headers.
+func (s *slab) headers(n int) []kafka.Header {
+	if s == nil {
+		return make([]kafka.Header, 0, n)
+	}
+	if cap(s.hdrs)-len(s.hdrs) < n {
+		s.hdrs = make([]kafka.Header, 0, max(n, 2*cap(s.hdrs)))
+	}
+	start := len(s.hdrs)
+	s.hdrs = s.hdrs[:start+n]
+	return s.hdrs[start : start : start+n]
+}
+
+// text returns v's bytes.
+func (s *slab) text(v string) []byte {
+	if s == nil {
+		return []byte(v)
+	}
+	s.room(len(v))
+	start := len(s.bytes)
+	s.bytes = append(s.bytes, v...)
+	return s.bytes[start:len(s.bytes):len(s.bytes)]
+}
+
+// id returns id in decimal.
+func (s *slab) id(id int64) []byte {
+	if s == nil {
+		return strconv.AppendInt(nil, id, 10)
+	}
+	s.room(20)
+	start := len(s.bytes)
+	s.bytes = strconv.AppendInt(s.bytes, id, 10)
+	return s.bytes[start:len(s.bytes):len(s.bytes)]
+}
+
+// room makes sure n more bytes fit without append moving what was handed out.
+func (s *slab) room(n int) {
+	if cap(s.bytes)-len(s.bytes) < n {
+		s.bytes = make([]byte, 0, max(n, 2*cap(s.bytes)))
+	}
 }
 
 // requestSize is what a message adds to a partition's batch, counted as kafka-go counts

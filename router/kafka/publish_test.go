@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -209,7 +210,7 @@ func TestAMessageAboveTheRequestLimitFailsAloneWithoutBeingSent(t *testing.T) {
 	msgs := numbered("big", 6, "a", "b", "c")
 	sized := func(i, size int) {
 		msgs[i].Payload = nil
-		base := requestSize(ptr(message(&msgs[i], nil)))
+		base := requestSize(ptr(message(&msgs[i], nil, nil)))
 		msgs[i].Payload = bytes.Repeat([]byte{'z'}, size-base)
 	}
 	sized(over, maxRequestBytes+1)
@@ -451,7 +452,7 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 		Headers: map[string]string{
 			"b": "2", "a": "1", router.HeaderID: "spoofed", router.HeaderStream: "spoofed", router.HeaderMessageID: "spoofed",
 		}}
-	got := message(&m, nil).Headers
+	got := message(&m, nil, nil).Headers
 	want := []kafka.Header{
 		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")},
 		{Key: router.HeaderID, Value: []byte("42")}, {Key: router.HeaderStream, Value: []byte("orders")},
@@ -463,6 +464,41 @@ func TestTheOutboxHeadersFollowTheProducersInNameOrderAndCannotBeSpoofed(t *test
 	for i := range want {
 		if got[i].Key != want[i].Key || !bytes.Equal(got[i].Value, want[i].Value) {
 			t.Fatalf("header %d is %s=%s, want %s=%s", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+		}
+	}
+}
+
+func TestMessagesSharingACallsSlabEachKeepTheirOwnHeaders(t *testing.T) {
+	t.Parallel()
+	// The slab is sized by the first message; the later ones outgrow it, in headers
+	// and in bytes, so some of their storage comes from replacements.
+	msgs := []router.Message{{ID: 1, Stream: "orders", Headers: map[string]string{"a": "1"}}}
+	for i := int64(2); i <= 40; i++ {
+		h := map[string]string{"a": strings.Repeat("v", int(i))}
+		for j := range i % 5 {
+			h[fmt.Sprintf("extra-%d", j)] = fmt.Sprint(i * 1000)
+		}
+		m := router.Message{ID: i * 1_000_000_007, Stream: "orders", Headers: h}
+		if i%3 == 0 {
+			m.RowDedupID = fmt.Sprintf("dedup-%d", i)
+		}
+		msgs = append(msgs, m)
+	}
+	s := newSlab(len(msgs), &msgs[0])
+	built := make([]kafka.Message, len(msgs))
+	for i := range msgs {
+		built[i] = message(&msgs[i], []byte("orders"), s)
+	}
+	for i := range msgs {
+		want := message(&msgs[i], nil, nil).Headers
+		got := built[i].Headers
+		if len(got) != len(want) {
+			t.Fatalf("message %d: headers %v, want %v", i, got, want)
+		}
+		for j := range want {
+			if got[j].Key != want[j].Key || !bytes.Equal(got[j].Value, want[j].Value) {
+				t.Fatalf("message %d, header %d: %s=%q, want %s=%q", i, j, got[j].Key, got[j].Value, want[j].Key, want[j].Value)
+			}
 		}
 	}
 }
@@ -488,7 +524,7 @@ func TestEachMessageCarriesItsOwnStreamAndMessageIDWhateverItsCallShares(t *test
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got := map[string]string{}
-			for _, h := range message(&tc.m, tc.shared).Headers {
+			for _, h := range message(&tc.m, tc.shared, nil).Headers {
 				got[h.Key] = string(h.Value)
 			}
 			if got[router.HeaderStream] != tc.stream || got[router.HeaderMessageID] != tc.id || got[router.HeaderID] != "7" {
