@@ -2,6 +2,7 @@ package natsconn_test
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
 
@@ -99,14 +100,21 @@ func TestABuilderRefusesAMessageOfTheShapeBeforeItWhenAValueIsBadAndTakesTheNext
 	var b natsconn.Builder
 	for i, value := range []string{"fine", "bad\r\nInjected: 1", " padded", "fine again"} {
 		m := router.Message{ID: int64(i + 1), Stream: "s", Topic: "t", Key: []byte("k"), Headers: map[string]string{"trace": value}}
-		got, err := b.Msg(&m, true, "r")
-		want, wantErr := reference(&m, true, "r")
-		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
-			t.Fatalf("value %q: error %v, want %v", value, err, wantErr)
-		}
-		if err == nil {
-			sameMsg(t, got, want)
-		}
+		buildsAsReference(t, &b, &m, true, fmt.Sprintf("value %q", value))
+	}
+}
+
+// buildsAsReference holds b's build of m to reference's: the same message, or the same
+// error. what names the case in a failure.
+func buildsAsReference(t *testing.T, b *natsconn.Builder, m *router.Message, dedup bool, what string) {
+	t.Helper()
+	got, err := b.Msg(m, dedup, "r")
+	want, wantErr := reference(m, dedup, "r")
+	if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+		t.Fatalf("%s: error %v, want %v", what, err, wantErr)
+	}
+	if err == nil {
+		sameMsg(t, got, want)
 	}
 }
 
@@ -131,14 +139,7 @@ func FuzzBuilder(f *testing.F) {
 				priorDedup = !dedup
 			}
 			_, _ = b.Msg(&priors[i], priorDedup, "r0")
-			got, err := b.Msg(&m, dedup, "r1")
-			want, wantErr := reference(&m, dedup, "r1")
-			if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
-				t.Fatalf("after prior %d: error %v, want %v", i, err, wantErr)
-			}
-			if err == nil {
-				sameMsg(t, got, want)
-			}
+			buildsAsReference(t, &b, &m, dedup, fmt.Sprintf("after prior %d", i))
 		}
 	})
 }
