@@ -41,61 +41,45 @@ func (h headerScan) ScanBytes(src []byte) error {
 
 // flatHeaders reads src when it is a JSON object of plain strings: printable ASCII,
 // no backslash, with JSON's whitespace around the tokens. ok is false for anything
-// else, which encoding/json then reads (or refuses).
+// else, which encoding/json then reads (or refuses). Every key and value is cut from
+// one copy of src, made before reading: text of another shape wastes it.
 func flatHeaders(src []byte) (m map[string]string, ok bool) {
-	pairs := 0
 	i := skipSpace(src, 0)
 	if i == len(src) || src[i] != '{' {
 		return nil, false
 	}
-	i = skipSpace(src, i+1)
-	if i < len(src) && src[i] == '}' {
-		if skipSpace(src, i+1) != len(src) {
-			return nil, false
-		}
-		return map[string]string{}, true
-	}
-	// First pass: check the shape and count the pairs, allocating nothing.
-	for {
-		var end int
-		if end, ok = plainString(src, i); !ok {
-			return nil, false
-		}
-		if i = skipSpace(src, end); i == len(src) || src[i] != ':' {
-			return nil, false
-		}
-		if end, ok = plainString(src, skipSpace(src, i+1)); !ok {
-			return nil, false
-		}
-		pairs++
-		if i = skipSpace(src, end); i == len(src) {
-			return nil, false
-		}
-		if src[i] == '}' {
-			if skipSpace(src, i+1) != len(src) {
-				return nil, false
-			}
-			break
-		}
-		if src[i] != ',' {
-			return nil, false
-		}
-		i = skipSpace(src, i+1)
-	}
-	// Second pass: the shape is known good; cut every key and value from one string.
 	text := string(src)
-	m = make(map[string]string, pairs)
-	i = skipSpace(src, 0) + 1
-	for range pairs {
-		i = skipSpace(src, i)
-		keyEnd, _ := plainString(src, i)
-		key := text[i+1 : keyEnd-1]
-		i = skipSpace(src, skipSpace(src, keyEnd)+1)
-		valueEnd, _ := plainString(src, i)
-		m[key] = text[i+1 : valueEnd-1]
-		i = skipSpace(src, valueEnd) + 1 // past the comma or the closing brace
+	m = map[string]string{}
+	if i = skipSpace(src, i+1); i < len(src) && src[i] == '}' {
+		return m, skipSpace(src, i+1) == len(src)
 	}
-	return m, true
+	for {
+		keyStart := i
+		keyEnd, ok := plainString(src, keyStart)
+		if !ok {
+			return nil, false
+		}
+		if i = skipSpace(src, keyEnd); i == len(src) || src[i] != ':' {
+			return nil, false
+		}
+		valueStart := skipSpace(src, i+1)
+		valueEnd, ok := plainString(src, valueStart)
+		if !ok {
+			return nil, false
+		}
+		m[text[keyStart+1:keyEnd-1]] = text[valueStart+1 : valueEnd-1]
+		if i = skipSpace(src, valueEnd); i == len(src) {
+			return nil, false
+		}
+		switch src[i] {
+		case '}':
+			return m, skipSpace(src, i+1) == len(src)
+		case ',':
+			i = skipSpace(src, i+1)
+		default:
+			return nil, false
+		}
+	}
 }
 
 // plainString returns the offset just past the JSON string starting at src[i] when it
