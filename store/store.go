@@ -216,7 +216,7 @@ func readClaimed(rows pgx.Rows, stream string, limit int, c *Claim) error {
 	// Each row is scanned into its place in c.Messages through one set of destinations
 	// per claim: a message and a scan list per row would be garbage for the collector
 	// at every message drained (docs/benchmarks.md).
-	var deferred *time.Time
+	var deferred *time.Time // pgx sets it to nil for NULL, else scans into what it points at
 	var created pgtype.Timestamptz
 	var at Position
 	var headers headerScan
@@ -228,7 +228,6 @@ func readClaimed(rows pgx.Rows, stream string, limit int, c *Claim) error {
 		headers.m = &m.Headers
 		dest[0], dest[1], dest[2], dest[3] = &m.ID, &m.Topic, &m.Key, headers
 		dest[4], dest[5], dest[6], dest[7] = &m.Payload, &m.MessageID, &m.DedupID, &m.Attempts
-		deferred = nil
 		if err := rows.Scan(dest...); err != nil {
 			c.Messages = c.Messages[:len(c.Messages)-1]
 			return fmt.Errorf("read row: %w", err)
