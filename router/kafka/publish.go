@@ -366,9 +366,10 @@ type slab struct {
 	bytes []byte
 }
 
-// newSlab returns a slab sized for n messages of m's shape.
+// newSlab returns a slab sized for n messages of m's shape: the outbox id's 20 digits
+// at most, and the message id when it is not that id.
 func newSlab(n int, m *router.Message) *slab {
-	perMessage := 20 + len(m.DedupID())
+	perMessage := 20 + len(m.MessageID) + len(m.RowDedupID)
 	for _, v := range m.Headers {
 		perMessage += len(v)
 	}
@@ -393,8 +394,7 @@ func (s *slab) text(v string) []byte {
 	if s == nil {
 		return []byte(v)
 	}
-	s.room(len(v))
-	start := len(s.bytes)
+	start := s.room(len(v))
 	s.bytes = append(s.bytes, v...)
 	return s.bytes[start:len(s.bytes):len(s.bytes)]
 }
@@ -404,17 +404,18 @@ func (s *slab) id(id int64) []byte {
 	if s == nil {
 		return strconv.AppendInt(nil, id, 10)
 	}
-	s.room(20)
-	start := len(s.bytes)
+	start := s.room(20)
 	s.bytes = strconv.AppendInt(s.bytes, id, 10)
 	return s.bytes[start:len(s.bytes):len(s.bytes)]
 }
 
-// room makes sure n more bytes fit without append moving what was handed out.
-func (s *slab) room(n int) {
+// room makes sure n more bytes fit without append moving what was handed out, and
+// returns where they start.
+func (s *slab) room(n int) (start int) {
 	if cap(s.bytes)-len(s.bytes) < n {
 		s.bytes = make([]byte, 0, max(n, 2*cap(s.bytes)))
 	}
+	return len(s.bytes)
 }
 
 // requestSize is what a message adds to a partition's batch, counted as kafka-go counts
