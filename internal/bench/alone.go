@@ -40,6 +40,9 @@ type claimerJob struct {
 	Ack         string   `json:"ack"`
 	// Timeout bounds the claimer's moves, as --timeout bounds each of the bench's phases.
 	Timeout time.Duration `json:"timeout"`
+	// NATSURL, when set, makes the claimer publish each claim to the bench's JetStream
+	// stream before committing it (jetStreamAlone, --alone).
+	NATSURL string `json:"nats_url,omitempty"`
 }
 
 // claimerDone is a claimer process's one line of result.
@@ -99,6 +102,14 @@ func runClaimer(ctx context.Context, environ []string, stdin io.Reader, stdout i
 	if err != nil {
 		return true, fmt.Errorf("bench claimer: %w", err)
 	}
+	if job.NATSURL != "" {
+		js, err := newJetStreamAlone(job.NATSURL, len(job.Streams)*job.Concurrency, job.BatchSize)
+		if err != nil {
+			return true, fmt.Errorf("bench claimer: %w", err)
+		}
+		defer js.close()
+		b.between = js.publish
+	}
 	in := bufio.NewReader(stdin)
 	if _, err := fmt.Fprintln(stdout, "ready"); err != nil {
 		return true, err
@@ -154,9 +165,19 @@ type aloneRun struct {
 // returns the rate from the start to the last one's result, the server's CPU over that
 // and the claimers' own.
 func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, error) {
-	phase := fmt.Sprintf("the database alone, %d processes", n)
+	return b.aloneProcesses(ctx, n, "")
+}
+
+// aloneProcesses is databaseAloneProcesses, with each claim published to JetStream at
+// natsURL before its commit when natsURL is set (--alone).
+func (b *bench) aloneProcesses(ctx context.Context, n int, natsURL string) (aloneRun, error) {
+	what := "the database"
+	if natsURL != "" {
+		what = "the database and JetStream"
+	}
+	phase := fmt.Sprintf("%s alone, %d processes", what, n)
 	if n == 1 {
-		phase = "the database alone, 1 process"
+		phase = what + " alone, 1 process"
 	}
 	if err := b.fill(ctx, phase, b.opt.set.Messages); err != nil {
 		return aloneRun{}, err
@@ -167,7 +188,7 @@ func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, er
 	}
 	job, err := json.Marshal(claimerJob{DSN: b.opt.dsn, Streams: b.streams,
 		BatchSize: b.opt.set.BatchSize, Concurrency: b.opt.set.Concurrency, Ordered: b.opt.set.Ordered, Ack: b.opt.set.Ack,
-		Timeout: b.opt.timeout})
+		Timeout: b.opt.timeout, NATSURL: natsURL})
 	if err != nil {
 		return aloneRun{}, err
 	}

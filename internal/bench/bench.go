@@ -92,6 +92,9 @@ type benchSettings struct {
 	// Flow is every stream's streams.<name>.flow (--flow): whether its pipeline may
 	// flow, polling every millisecond while producers stop notifying.
 	Flow bool `json:"flow"`
+	// Alone (--alone): after the discard and jetstream drains, the same backlog moved by
+	// a claimer process doing only what such a drain must (alone_jetstream.go).
+	Alone bool `json:"alone"`
 	// BaselineBinary is the A dispatcher of --baseline-binary; Rounds its A/B pairs.
 	BaselineBinary string `json:"baseline_binary,omitempty"`
 	Rounds         int    `json:"rounds"`
@@ -205,6 +208,9 @@ type bench struct {
 	// missingIn counts the missing messages of the drains outside r.Drivers (A/B
 	// baselines, the scale modes), by where they went missing.
 	missingIn map[string]int64
+	// between, when set, is called by claimAck with each claim before its
+	// acknowledgement (the --alone claimer's publish).
+	between func(ctx context.Context, worker int, c store.Claim) error
 }
 
 // noteMissing records a drain's missing messages outside the per-driver drains.
@@ -420,7 +426,11 @@ func (b *bench) measure(ctx context.Context) error {
 		if r.Drivers[d].Drain, err = b.drain(ctx, d); err != nil {
 			return err
 		}
+		if err := b.alone(ctx, d, &r.Drivers[d].Drain); err != nil {
+			return err
+		}
 	}
+	aloneRatios(r.Drivers)
 	for _, d := range s.Drivers {
 		if err := b.latency(ctx, d, r.Drivers[d]); err != nil {
 			return err

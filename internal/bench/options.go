@@ -22,6 +22,7 @@ type Options struct {
 	Ordered         bool          // --ordered: every stream ordered (per-key FIFO)
 	Retained        int           // --retained: delivered rows kept through every phase
 	Flow            bool          // --flow: streams.<name>.flow of every stream
+	Alone           bool          // --alone: the discard and jetstream drains' limits, measured
 	Ack             string        // --ack: AckUpdate or AckDelete
 	Streams         int           // --streams: streams the backlog is spread over
 	BatchSize       int           // --batch
@@ -136,7 +137,7 @@ func resolve(o Options) (benchOptions, error) {
 		Messages: o.Messages, PayloadBytes: o.PayloadBytes, Keys: o.Keys, Streams: o.Streams,
 		BatchSize: o.BatchSize, BatchSizeFrom: from("batch"), Concurrency: o.Concurrency, ConcurrencyFrom: from("concurrency"),
 		Rate: o.Rate, LatencySeconds: o.LatencyDuration.Seconds(), IdleSamples: o.IdleSamples, ProducerMessages: producerMessages,
-		Quick: o.Quick, NATS: "embedded", Kafka: "embedded", Retained: o.Retained, Ordered: o.Ordered, Ack: o.Ack, Flow: o.Flow,
+		Quick: o.Quick, NATS: "embedded", Kafka: "embedded", Retained: o.Retained, Ordered: o.Ordered, Ack: o.Ack, Flow: o.Flow, Alone: o.Alone,
 		BaselineBinary: o.BaselineBinary, Rounds: o.Rounds, IdleWindowSeconds: o.IdleWindow.Seconds(),
 		Backlog: o.Backlog, BacklogSample: o.BacklogSample,
 	}

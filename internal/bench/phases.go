@@ -125,6 +125,10 @@ func (b *bench) sqlCeiling(ctx context.Context) (benchThroughput, error) {
 // its own, knowing nothing of the others' claims. What N replicas cost the database, and
 // no dispatcher's work, is then measured: the database alone, as N replicas use it
 // (docs/benchmarks.md, the replicas mode).
+//
+// When b.between is set, each claimer (worker, numbered from 0 over stores, streams and
+// concurrency) hands it every non-empty claim before acknowledging it, and stops at its
+// error: the --alone claimer publishes there.
 func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, stores []*store.Store) (benchThroughput, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opt.timeout)
 	defer cancel()
@@ -146,6 +150,7 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, st
 	g, gctx := errgroup.WithContext(ctx)
 	lease := config.DefaultStream().LeaseTTL
 	start := time.Now()
+	worker := 0
 	for _, st := range stores {
 		acknowledge := st.Ack
 		if held && !b.opt.set.Ordered {
@@ -157,6 +162,8 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, st
 			// a claim from the start finds nothing.
 			resume := new(store.Resume)
 			for range b.opt.set.Concurrency {
+				w := worker
+				worker++
 				g.Go(func() error {
 					var cur store.KeyCursor
 					for {
@@ -184,6 +191,18 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, st
 								return nil
 							}
 							continue
+						}
+						if b.between != nil {
+							if err := b.between(gctx, w, c); err != nil {
+								// Hand the claim back, or its held transaction keeps a
+								// session of the pool, which then never closes.
+								if held && !b.opt.set.Ordered {
+									st.Rollback(context.WithoutCancel(gctx), c.Token)
+								} else {
+									_, _ = st.Release(context.WithoutCancel(gctx), c.Token, c.IDs())
+								}
+								return err
+							}
 						}
 						res, err := acknowledge(gctx, c.Token, c.IDs())
 						if err != nil {

@@ -94,6 +94,13 @@ type benchDrain struct {
 	// with this destination's own work, where the bench's process does it (inBench).
 	BrokerBoundRatioToDiscard float64 `json:"broker_bound_ratio_to_discard,omitempty"`
 	destInBench               bool    // the destination works in the bench's process
+	// With --alone (discard and jetstream): the rate of one claimer process moving the
+	// same backlog with only the drain's claims and commits (and, for jetstream,
+	// nats.go's least publish of each row), the drain's rate ÷ it, and it ÷ the discard
+	// drain's: the best ratio_to_discard measured on this machine.
+	AloneMsgsPerSec     float64 `json:"alone_msgs_per_sec,omitempty"`
+	RatioToAlone        float64 `json:"ratio_to_alone,omitempty"`
+	AloneRatioToDiscard float64 `json:"alone_ratio_to_discard,omitempty"`
 }
 
 // cpuShares records the CPU the drain of moved messages cost while it ran (in, two
@@ -312,6 +319,16 @@ func printBenchReport(w io.Writer, r *benchReport) {
 	})
 	row("  CPU-bound ÷ discard", func(d *benchDriverReport) string { return ratio(d.Drain.CPURatioToDiscard) })
 	row("  best with its broker ÷ discard", func(d *benchDriverReport) string { return ratio(d.Drain.BrokerBoundRatioToDiscard) })
+	if r.Settings.Alone {
+		row("  alone msg/s (its limit, --alone)", func(d *benchDriverReport) string {
+			if d.Drain.AloneMsgsPerSec == 0 {
+				return "—"
+			}
+			return thousands(d.Drain.AloneMsgsPerSec)
+		})
+		row("  drain ÷ alone", func(d *benchDriverReport) string { return ratio(d.Drain.RatioToAlone) })
+		row("  alone ÷ discard's alone", func(d *benchDriverReport) string { return ratio(d.Drain.AloneRatioToDiscard) })
+	}
 	row("  dispatcher peak RSS MiB", func(d *benchDriverReport) string {
 		return strconv.FormatFloat(d.Drain.DispatcherPeakRSSMiB, 'f', 1, 64)
 	})
