@@ -41,8 +41,10 @@ type claimerJob struct {
 	// Timeout bounds the claimer's moves, as --timeout bounds each of the bench's phases.
 	Timeout time.Duration `json:"timeout"`
 	// NATSURL, when set, makes the claimer publish each claim to the bench's JetStream
-	// stream before committing it (jetStreamAlone, --alone).
-	NATSURL string `json:"nats_url,omitempty"`
+	// stream before committing it (jetStreamAlone, --alone); KafkaBrokers to the bench's
+	// Kafka topic (kafkaAlone).
+	NATSURL      string   `json:"nats_url,omitempty"`
+	KafkaBrokers []string `json:"kafka_brokers,omitempty"`
 }
 
 // claimerDone is a claimer process's one line of result.
@@ -110,6 +112,14 @@ func runClaimer(ctx context.Context, environ []string, stdin io.Reader, stdout i
 		defer js.close()
 		b.between = js.publish
 	}
+	if len(job.KafkaBrokers) > 0 {
+		k, err := newKafkaAlone(job.KafkaBrokers, len(job.Streams)*job.Concurrency, job.BatchSize)
+		if err != nil {
+			return true, fmt.Errorf("bench claimer: %w", err)
+		}
+		defer k.close()
+		b.between = k.publish
+	}
 	in := bufio.NewReader(stdin)
 	if _, err := fmt.Fprintln(stdout, "ready"); err != nil {
 		return true, err
@@ -165,15 +175,21 @@ type aloneRun struct {
 // returns the rate from the start to the last one's result, the server's CPU over that
 // and the claimers' own.
 func (b *bench) databaseAloneProcesses(ctx context.Context, n int) (aloneRun, error) {
-	return b.aloneProcesses(ctx, n, "")
+	return b.aloneProcesses(ctx, n, "discard")
 }
 
-// aloneProcesses is databaseAloneProcesses, with each claim published to JetStream at
-// natsURL before its commit when natsURL is set (--alone).
-func (b *bench) aloneProcesses(ctx context.Context, n int, natsURL string) (aloneRun, error) {
+// aloneProcesses is databaseAloneProcesses, with each claim published before its commit
+// to the bench's JetStream stream or Kafka topic when driver is jetstream or kafka
+// (--alone).
+func (b *bench) aloneProcesses(ctx context.Context, n int, driver string) (aloneRun, error) {
 	what := "the database"
-	if natsURL != "" {
-		what = "the database and JetStream"
+	var natsURL string
+	var kafkaBrokers []string
+	switch driver {
+	case "jetstream":
+		what, natsURL = "the database and JetStream", b.nats.url
+	case "kafka":
+		what, kafkaBrokers = "the database and Kafka", b.kafka.brokers
 	}
 	phase := fmt.Sprintf("%s alone, %d processes", what, n)
 	if n == 1 {
@@ -188,7 +204,7 @@ func (b *bench) aloneProcesses(ctx context.Context, n int, natsURL string) (alon
 	}
 	job, err := json.Marshal(claimerJob{DSN: b.opt.dsn, Streams: b.streams,
 		BatchSize: b.opt.set.BatchSize, Concurrency: b.opt.set.Concurrency, Ordered: b.opt.set.Ordered, Ack: b.opt.set.Ack,
-		Timeout: b.opt.timeout, NATSURL: natsURL})
+		Timeout: b.opt.timeout, NATSURL: natsURL, KafkaBrokers: kafkaBrokers})
 	if err != nil {
 		return aloneRun{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,22 +138,14 @@ func (j *jetStreamAlone) publish(ctx context.Context, worker int, c store.Claim)
 	}
 }
 
-// alone measures driver's limit after its drain when --alone asks (discard and
-// jetstream; nothing for the others): a fresh backlog moved by one claimer process,
-// publishing to the bench's JetStream for jetstream.
+// alone measures driver's limit after its drain when --alone asks (discard, jetstream
+// and kafka; nothing for the others): a fresh backlog moved by one claimer process,
+// publishing to the bench's JetStream stream or Kafka topic for those drivers.
 func (b *bench) alone(ctx context.Context, driver string, d *benchDrain) error {
-	if !b.opt.set.Alone {
+	if !b.opt.set.Alone || !slices.Contains(aloneDrivers, driver) {
 		return nil
 	}
-	var url string
-	switch driver {
-	case "discard":
-	case "jetstream":
-		url = b.nats.url
-	default:
-		return nil
-	}
-	r, err := b.aloneProcesses(ctx, 1, url)
+	r, err := b.aloneProcesses(ctx, 1, driver)
 	if err != nil {
 		return err
 	}
@@ -162,6 +155,9 @@ func (b *bench) alone(ctx context.Context, driver string, d *benchDrain) error {
 	}
 	return nil
 }
+
+// aloneDrivers are the drivers whose limit --alone measures.
+var aloneDrivers = []string{"discard", "jetstream", "kafka"}
 
 // aloneRatios sets each alone limit's ratio to the discard drain's.
 func aloneRatios(drivers map[string]*benchDriverReport) {

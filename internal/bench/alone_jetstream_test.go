@@ -27,7 +27,8 @@ func TestTheJetStreamAloneClaimerPublishesEveryRowOnceBeforeCommittingIt(t *test
 	b := newTestBench(t)
 	b.opt.set.Messages = 2000
 	n := aloneNATS(t)
-	r, err := b.aloneProcesses(t.Context(), 1, n.url)
+	b.nats = n
+	r, err := b.aloneProcesses(t.Context(), 1, "jetstream")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +53,7 @@ func TestTheJetStreamAloneClaimerFailsTheRunAndCommitsNothingWhenNoStreamTakesIt
 	b := newTestBench(t)
 	b.opt.set.Messages = 300
 	n := aloneNATS(t)
+	b.nats = n
 	// Without the stream, every publish is answered "no responders".
 	js, err := jetstream.New(n.nc)
 	if err != nil {
@@ -64,7 +66,7 @@ func TestTheJetStreamAloneClaimerFailsTheRunAndCommitsNothingWhenNoStreamTakesIt
 	// timeout killed it.
 	b.opt.timeout = 3 * time.Minute
 	start := time.Now()
-	_, err = b.aloneProcesses(t.Context(), 1, n.url)
+	_, err = b.aloneProcesses(t.Context(), 1, "jetstream")
 	if took := time.Since(start); took > time.Minute {
 		t.Errorf("the run took %v to fail: its claimer did not end once it had failed", took.Round(time.Second))
 	}

@@ -92,8 +92,9 @@ type benchSettings struct {
 	// Flow is every stream's streams.<name>.flow (--flow): whether its pipeline may
 	// flow, polling every millisecond while producers stop notifying.
 	Flow bool `json:"flow"`
-	// Alone (--alone): after the discard and jetstream drains, the same backlog moved by
-	// a claimer process doing only what such a drain must (alone_jetstream.go).
+	// Alone (--alone): after the discard, jetstream and kafka drains, the same backlog
+	// moved by a claimer process doing only what such a drain must (alone_jetstream.go,
+	// alone_kafka.go).
 	Alone bool `json:"alone"`
 	// BaselineBinary is the A dispatcher of --baseline-binary; Rounds its A/B pairs.
 	BaselineBinary string `json:"baseline_binary,omitempty"`

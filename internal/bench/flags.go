@@ -16,7 +16,7 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Ordered, "ordered", o.Ordered, "make the streams ordered (per-key FIFO, docs/ordering.md); --keys 1 is a single hot key")
 	fs.IntVar(&o.Retained, "retained", o.Retained, "delivered rows kept in the table through every phase (e.g. 10000000)")
 	fs.BoolVar(&o.Flow, "flow", o.Flow, "let pipelines flow under a high producer rate (streams.<name>.flow); --flow=false keeps every insert notifying")
-	fs.BoolVar(&o.Alone, "alone", o.Alone, "after the discard and jetstream drains, move the same backlog with one claimer process doing only their claims and commits and, for jetstream, nats.go's least publish of each row: the drains' limits on this machine")
+	fs.BoolVar(&o.Alone, "alone", o.Alone, "after the discard, jetstream and kafka drains, move the same backlog with one claimer process doing only their claims and commits and, for jetstream and kafka, the least publish of each row: the drains' limits on this machine")
 	fs.StringVar(&o.Ack, "ack", o.Ack, "write-back of a confirmed message: update (mark delivered, run's default) or delete (as with janitor.retention 0)")
 	fs.IntVar(&o.Streams, "streams", o.Streams, "streams the backlog is spread over, one pipeline each")
 	fs.IntVar(&o.BatchSize, "batch", o.BatchSize, "rows per claim (batch_size); default: what outboxd run uses")

@@ -22,7 +22,7 @@ type Options struct {
 	Ordered         bool          // --ordered: every stream ordered (per-key FIFO)
 	Retained        int           // --retained: delivered rows kept through every phase
 	Flow            bool          // --flow: streams.<name>.flow of every stream
-	Alone           bool          // --alone: the discard and jetstream drains' limits, measured
+	Alone           bool          // --alone: the discard, jetstream and kafka drains' limits, measured
 	Ack             string        // --ack: AckUpdate or AckDelete
 	Streams         int           // --streams: streams the backlog is spread over
 	BatchSize       int           // --batch

@@ -94,9 +94,9 @@ type benchDrain struct {
 	// with this destination's own work, where the bench's process does it (inBench).
 	BrokerBoundRatioToDiscard float64 `json:"broker_bound_ratio_to_discard,omitempty"`
 	destInBench               bool    // the destination works in the bench's process
-	// With --alone (discard and jetstream): the rate of one claimer process moving the
-	// same backlog with only the drain's claims and commits (and, for jetstream,
-	// nats.go's least publish of each row), the drain's rate ÷ it, and it ÷ the discard
+	// With --alone (discard, jetstream and kafka): the rate of one claimer process moving
+	// the same backlog with only the drain's claims and commits (and, for jetstream and
+	// kafka, the least publish of each row), the drain's rate ÷ it, and it ÷ the discard
 	// drain's: the best ratio_to_discard measured on this machine.
 	AloneMsgsPerSec     float64 `json:"alone_msgs_per_sec,omitempty"`
 	RatioToAlone        float64 `json:"ratio_to_alone,omitempty"`
