@@ -11,51 +11,57 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// aloneNATS starts an embedded NATS server with the bench's JetStream stream for a test.
-func aloneNATS(t *testing.T) *benchNATS {
+// jetStreamAloneBench is a test bench of messages rows with an embedded NATS server
+// holding the bench's JetStream stream.
+func jetStreamAloneBench(t *testing.T, messages int) *bench {
 	t.Helper()
+	b := newTestBench(t)
+	b.opt.set.Messages = messages
 	n, err := startBenchNATS(t.Context(), "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.close)
-	return n
+	b.nats = n
+	return b
 }
 
-func TestTheJetStreamAloneClaimerPublishesEveryRowOnceBeforeCommittingIt(t *testing.T) {
-	t.Parallel()
-	b := newTestBench(t)
-	b.opt.set.Messages = 2000
-	n := aloneNATS(t)
-	b.nats = n
-	r, err := b.aloneProcesses(t.Context(), 1, "jetstream")
+// aloneMovesEveryRowOnce moves b's backlog with one claimer process publishing as
+// driver's limit does, and fails t unless counter finds every committed row there once.
+func aloneMovesEveryRowOnce(t *testing.T, b *bench, driver string, counter arrivalCounter) {
+	t.Helper()
+	r, err := b.aloneProcesses(t.Context(), 1, driver)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Messages != 2000 || r.MsgsPerSec <= 0 {
-		t.Errorf("moved %d at %v msg/s; want 2000 and a rate", r.Messages, r.MsgsPerSec)
+	want := int64(b.opt.set.Messages)
+	if r.Messages != want || r.MsgsPerSec <= 0 {
+		t.Errorf("moved %d at %v msg/s; want %d and a rate", r.Messages, r.MsgsPerSec, want)
 	}
 	ids, err := b.ids(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	arrived, dups, err := jetStreamCounter{stream: n.stream}.count(t.Context(), ids, nil)
+	arrived, dups, err := counter.count(t.Context(), ids, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 2000 || arrived != 2000 || dups != 0 {
-		t.Errorf("the stream holds %d of the %d committed rows, %d copies; want every one once", arrived, len(ids), dups)
+	if int64(len(ids)) != want || arrived != want || dups != 0 {
+		t.Errorf("%s holds %d of the %d committed rows, %d copies; want every one once", driver, arrived, len(ids), dups)
 	}
+}
+
+func TestTheJetStreamAloneClaimerPublishesEveryRowOnceBeforeCommittingIt(t *testing.T) {
+	t.Parallel()
+	b := jetStreamAloneBench(t, 2000)
+	aloneMovesEveryRowOnce(t, b, "jetstream", jetStreamCounter{stream: b.nats.stream})
 }
 
 func TestTheJetStreamAloneClaimerFailsTheRunAndCommitsNothingWhenNoStreamTakesItsMessages(t *testing.T) {
 	t.Parallel()
-	b := newTestBench(t)
-	b.opt.set.Messages = 300
-	n := aloneNATS(t)
-	b.nats = n
+	b := jetStreamAloneBench(t, 300)
 	// Without the stream, every publish is answered "no responders".
-	js, err := jetstream.New(n.nc)
+	js, err := jetstream.New(b.nats.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
