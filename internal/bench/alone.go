@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,4 +289,38 @@ func (b *bench) aloneProcesses(ctx context.Context, n int, driver string) (alone
 	b.progress.begin(phase, r.Messages, func() int64 { return r.Messages })
 	b.progress.end(fmt.Sprintf("%s msg/s", thousands(r.MsgsPerSec)))
 	return r, nil
+}
+
+// alone measures driver's limit after its drain when --alone asks (discard, jetstream
+// and kafka; nothing for the others): a fresh backlog moved by one claimer process,
+// publishing to the bench's JetStream stream or Kafka topic for those drivers.
+func (b *bench) alone(ctx context.Context, driver string, d *benchDrain) error {
+	if !b.opt.set.Alone || !slices.Contains(aloneDrivers, driver) {
+		return nil
+	}
+	r, err := b.aloneProcesses(ctx, 1, driver)
+	if err != nil {
+		return err
+	}
+	d.AloneMsgsPerSec = r.MsgsPerSec
+	if r.MsgsPerSec > 0 {
+		d.RatioToAlone = round(d.MsgsPerSec/r.MsgsPerSec, 3)
+	}
+	return nil
+}
+
+// aloneDrivers are the drivers whose limit --alone measures.
+var aloneDrivers = []string{"discard", "jetstream", "kafka"}
+
+// aloneRatios sets each alone limit's ratio to the discard drain's.
+func aloneRatios(drivers map[string]*benchDriverReport) {
+	base, ok := drivers["discard"]
+	if !ok || base.Drain.AloneMsgsPerSec == 0 {
+		return
+	}
+	for _, d := range drivers {
+		if d.Drain.AloneMsgsPerSec > 0 {
+			d.Drain.AloneRatioToDiscard = round(d.Drain.AloneMsgsPerSec/base.Drain.AloneMsgsPerSec, 3)
+		}
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,9 +99,6 @@ func (j *jetStreamAlone) onAck(m *natsgo.Msg) {
 // publish publishes c's rows as worker and returns once the stream acknowledged every
 // one, or with the first refusal.
 func (j *jetStreamAlone) publish(ctx context.Context, worker int, c store.Claim) error {
-	if len(c.Messages) == 0 {
-		return nil
-	}
 	if len(c.Messages) > len(j.msgs[worker]) {
 		return fmt.Errorf("a claim of %d rows, more than the batch size %d", len(c.Messages), len(j.msgs[worker]))
 	}
@@ -135,39 +131,5 @@ func (j *jetStreamAlone) publish(ctx context.Context, worker int, c store.Claim)
 		return ctx.Err()
 	case <-time.After(time.Minute):
 		return errors.New("no PubAck for a minute")
-	}
-}
-
-// alone measures driver's limit after its drain when --alone asks (discard, jetstream
-// and kafka; nothing for the others): a fresh backlog moved by one claimer process,
-// publishing to the bench's JetStream stream or Kafka topic for those drivers.
-func (b *bench) alone(ctx context.Context, driver string, d *benchDrain) error {
-	if !b.opt.set.Alone || !slices.Contains(aloneDrivers, driver) {
-		return nil
-	}
-	r, err := b.aloneProcesses(ctx, 1, driver)
-	if err != nil {
-		return err
-	}
-	d.AloneMsgsPerSec = r.MsgsPerSec
-	if r.MsgsPerSec > 0 {
-		d.RatioToAlone = round(d.MsgsPerSec/r.MsgsPerSec, 3)
-	}
-	return nil
-}
-
-// aloneDrivers are the drivers whose limit --alone measures.
-var aloneDrivers = []string{"discard", "jetstream", "kafka"}
-
-// aloneRatios sets each alone limit's ratio to the discard drain's.
-func aloneRatios(drivers map[string]*benchDriverReport) {
-	base, ok := drivers["discard"]
-	if !ok || base.Drain.AloneMsgsPerSec == 0 {
-		return
-	}
-	for _, d := range drivers {
-		if d.Drain.AloneMsgsPerSec > 0 {
-			d.Drain.AloneRatioToDiscard = round(d.Drain.AloneMsgsPerSec/base.Drain.AloneMsgsPerSec, 3)
-		}
 	}
 }

@@ -39,7 +39,7 @@ func newKafkaAlone(brokers []string, workers, batch int) (*kafkaAlone, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(), kgo.ProducerLinger(0),
 		kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
-		return nil, fmt.Errorf("Kafka client: %w", err)
+		return nil, fmt.Errorf("franz-go client for the Kafka topic: %w", err)
 	}
 	k := &kafkaAlone{cl: cl, workers: make([]kafkaAloneWorker, workers)}
 	for w := range k.workers {

@@ -422,9 +422,7 @@ func (b *bench) measure(ctx context.Context) error {
 			if r.AB.Drivers[d], r.Drivers[d].Drain, err = b.abDrains(ctx, d); err != nil {
 				return err
 			}
-			continue
-		}
-		if r.Drivers[d].Drain, err = b.drain(ctx, d); err != nil {
+		} else if r.Drivers[d].Drain, err = b.drain(ctx, d); err != nil {
 			return err
 		}
 		if err := b.alone(ctx, d, &r.Drivers[d].Drain); err != nil {

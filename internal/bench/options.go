@@ -160,6 +160,8 @@ func resolve(o Options) (benchOptions, error) {
 		return r, OptionError("bench: --idle-window must be at least 100ms")
 	case o.BaselineBinary != "" && (len(r.set.Replicas) > 0 || len(r.set.ManyStreams) > 0 || len(r.set.Payloads) > 0 || o.Backlog > 0):
 		return r, OptionError("bench: --baseline-binary compares the default drains; it does not combine with a scale mode")
+	case o.Alone && (len(r.set.Replicas) > 0 || len(r.set.ManyStreams) > 0 || len(r.set.Payloads) > 0 || o.Backlog > 0):
+		return r, OptionError("bench: --alone measures beside the default drains; it does not combine with a scale mode")
 	}
 	switch {
 	case o.Messages < 1 || o.Keys < 1 || o.Streams < 1 || o.IdleSamples < 1 || o.Rate < 1:

@@ -351,6 +351,7 @@ func TestScaleModeOptionsThatCannotRunAreRefusedBeforeAnythingStarts(t *testing.
 		args []string
 	}{
 		{"an A/B run does not combine with a scale mode", []string{"--baseline-binary", "/bin/true", "--replicas", "1,2"}},
+		{"the drains' limits are not measured beside a scale mode", []string{"--alone", "--payloads", "64KiB"}},
 		{"an A/B run needs a round", []string{"--baseline-binary", "/bin/true", "--rounds", "0"}},
 		{"more than 16 replicas are refused", []string{"--replicas", "1,17"}},
 		{"many streams need more than the busy ones", []string{"--many-streams", "2"}},
