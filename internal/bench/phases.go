@@ -194,13 +194,13 @@ func (b *bench) claimAck(ctx context.Context, phase string, n int, held bool, st
 						}
 						if b.between != nil {
 							if err := b.between(gctx, w, c); err != nil {
-								// Hand the claim back, or its held transaction keeps a
-								// session of the pool, which then never closes.
-								if held && !b.opt.set.Ordered {
-									st.Rollback(context.WithoutCancel(gctx), c.Token)
-								} else {
-									_, _ = st.Release(context.WithoutCancel(gctx), c.Token, c.IDs())
-								}
+								// Hand the claim back, or a held transaction keeps a
+								// session of the pool, which then never closes. Release
+								// writes only a leased claim's rows, Rollback ends only a
+								// held claim's transaction: each does nothing for the other.
+								hctx := context.WithoutCancel(gctx)
+								_, _ = st.Release(hctx, c.Token, c.IDs())
+								st.Rollback(hctx, c.Token)
 								return err
 							}
 						}
